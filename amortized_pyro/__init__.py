@@ -1,0 +1,9 @@
+"""amortized_pyro: amortized vs per-datapoint variational inference in a Bayesian deep generative model."""
+from .data import Data, load_data
+from .errors import AmortizedPyroError
+from .guides import GUIDES, make_guide
+from .inference import FitConfig, FitResult, fit, load_run
+from .model import BayesianDecoderModel
+
+__all__ = ["AmortizedPyroError", "BayesianDecoderModel", "Data", "FitConfig", "FitResult", "GUIDES", "fit",
+           "load_data", "load_run", "make_guide"]

@@ -1,0 +1,160 @@
+"""Variational families q(θ) q(z_{1..N}): one shared mean-field q(θ), three families for q(z_n).
+
+    q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias
+    q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
+        amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
+        per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
+        shared          one μ, σ for every n           (constant-VI)
+
+Initialisation, as in the reference study: m_j = 0 and s_j = e^-2 for q(θ). The per-datapoint and
+shared factors start at the prior (μ = 0, σ = 1); the encoder starts with PyTorch's default Linear
+initialisation, so its σ starts near 1 too. Parameter names: ``decoder.w1.loc``, ``decoder.w1.scale``, …,
+``z.loc``/``z.scale`` (per-datapoint, shared) and ``encoder$$$…`` (amortized, via ``pyro.module``).
+"""
+import math
+
+import torch
+from torch import nn
+from torch.distributions import constraints
+
+import pyro
+import pyro.distributions as dist
+
+from .errors import AmortizedPyroError
+from .model import LEAKY_SLOPE, decoder_shapes
+
+GUIDES = ("amortized", "per-datapoint", "shared")
+THETA_INIT_SCALE = math.exp(-2)
+
+
+class DecoderPosterior:
+    """q(θ): an independent Normal for every decoder weight and bias."""
+
+    def __init__(self, shapes, init_scale=THETA_INIT_SCALE):
+        self.shapes = shapes
+        self.init_scale = init_scale
+
+    def params(self, device):
+        """Site → (loc, scale), created in Pyro's param store on first use."""
+        return {
+            name: (
+                pyro.param(name + ".loc", lambda shape=shape: torch.zeros(shape, device=device)),
+                pyro.param(name + ".scale", lambda shape=shape: torch.full(shape, self.init_scale, device=device),
+                           constraint=constraints.positive),
+            )
+            for name, shape in self.shapes.items()
+        }
+
+    def __call__(self, device):
+        for name, (loc, scale) in self.params(device).items():
+            pyro.sample(name, dist.Normal(loc, scale).to_event(loc.dim()))
+
+    def mean(self, device):
+        """E_q[θ], site → tensor, for the Bayes estimate of the decoder."""
+        return {name: loc for name, (loc, _) in self.params(device).items()}
+
+
+class Encoder(nn.Module):
+    """x → width → width (LeakyReLU 0.2) → (loc, log-scale) heads, each of size z_dim."""
+
+    def __init__(self, x_dim, z_dim, width):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(x_dim, width), nn.LeakyReLU(LEAKY_SLOPE),
+                                  nn.Linear(width, width), nn.LeakyReLU(LEAKY_SLOPE))
+        self.loc = nn.Linear(width, z_dim)
+        self.log_scale = nn.Linear(width, z_dim)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.loc(h), self.log_scale(h).exp()
+
+
+class AmortizedFactor:
+    """A-VI: (μ_n, σ_n) = encoder_φ(x_n)."""
+
+    can_infer_unseen = True
+
+    def __init__(self, x_dim, z_dim, width, device):
+        self.encoder = Encoder(x_dim, z_dim, width).to(device)
+
+    def __call__(self, x, idx):
+        return pyro.module("encoder", self.encoder, update_module_params=True)(x)
+
+
+class PerDatapointFactor:
+    """F-VI: free (μ_n, σ_n) for each of the N training observations, picked out by idx."""
+
+    can_infer_unseen = False
+
+    def __init__(self, n_obs, z_dim, device):
+        self.shape = (n_obs, z_dim)
+        self.device = device
+
+    def __call__(self, x, idx):
+        loc = pyro.param("z.loc", lambda: torch.zeros(self.shape, device=self.device))
+        scale = pyro.param("z.scale", lambda: torch.ones(self.shape, device=self.device),
+                           constraint=constraints.positive)
+        return loc[idx], scale[idx]
+
+
+class SharedFactor:
+    """Constant-VI: one (μ, σ) for every observation."""
+
+    can_infer_unseen = True
+
+    def __init__(self, z_dim, device):
+        self.z_dim = z_dim
+        self.device = device
+
+    def __call__(self, x, idx):
+        loc = pyro.param("z.loc", lambda: torch.zeros(self.z_dim, device=self.device))
+        scale = pyro.param("z.scale", lambda: torch.ones(self.z_dim, device=self.device),
+                           constraint=constraints.positive)
+        batch = (idx.shape[0], self.z_dim)
+        return loc.expand(batch), scale.expand(batch)
+
+
+class Guide:
+    """The guide ``guide(x, idx)``: θ ~ q(θ), then z_n ~ q(z_n) inside the subsampled ``data`` plate."""
+
+    def __init__(self, name, n_obs, theta_posterior, local_factor, device):
+        self.name = name
+        self.n_obs = n_obs
+        self.theta = theta_posterior
+        self.local = local_factor
+        self.device = device
+
+    def __call__(self, x, idx):
+        self.theta(self.device)
+        with pyro.plate("data", self.n_obs, subsample=idx):
+            loc, scale = self.local(x, idx)
+            pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+
+    def decoder_mean(self):
+        """E_q[θ] as site → tensor, in the shapes :func:`amortized_pyro.model.decode` takes."""
+        return self.theta.mean(self.device)
+
+    def latent_mean(self, x, idx=None):
+        """E_q[z_n] for images x (with their training indices idx for per-datapoint), or None where the
+        family has no factor for them (per-datapoint on images it was not trained on)."""
+        if idx is None:
+            if not self.local.can_infer_unseen:
+                return None
+            idx = torch.arange(x.shape[0], device=x.device)
+        return self.local(x, idx)[0]
+
+
+def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128,
+               init_scale=THETA_INIT_SCALE, device="cpu"):
+    """Build the guide ``name`` ∈ {amortized, per-datapoint, shared}; ``width`` is the encoder's (A-VI)."""
+    if name == "amortized":
+        if not isinstance(width, int) or width < 1:
+            raise AmortizedPyroError("encoder width must be a whole number >= 1, got %r" % (width,))
+        local = AmortizedFactor(x_dim, z_dim, width, device)
+    elif name == "per-datapoint":
+        local = PerDatapointFactor(n_obs, z_dim, device)
+    elif name == "shared":
+        local = SharedFactor(z_dim, device)
+    else:
+        raise AmortizedPyroError("unknown guide %r: choose one of %s" % (name, ", ".join(GUIDES)))
+    return Guide(name, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local, device)

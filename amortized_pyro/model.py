@@ -1,0 +1,82 @@
+"""The generative model p(θ) p(z) p(x | z, θ) of a Bayesian VAE-like decoder.
+
+    θ_j ~ Normal(0, prior_scale)                    every weight and bias of the decoder Ω
+    z_n ~ Normal(0, I_{z_dim})                       n = 1..N
+    x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})
+
+Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2). The local sites live in
+``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
+minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once.
+"""
+import torch
+import torch.nn.functional as F
+
+import pyro
+import pyro.distributions as dist
+
+LEAKY_SLOPE = 0.2
+
+
+def decoder_shapes(z_dim, hidden, x_dim):
+    """Site name → shape of every decoder weight and bias (torch.nn.Linear's [out, in] convention)."""
+    return {
+        "decoder.w1": (hidden, z_dim),
+        "decoder.b1": (hidden,),
+        "decoder.w2": (hidden, hidden),
+        "decoder.b2": (hidden,),
+        "decoder.w3": (x_dim, hidden),
+        "decoder.b3": (x_dim,),
+    }
+
+
+def decode(z, theta):
+    """Ω(z; θ): the decoder's mean for latents z [..., B, z_dim] and weights ``theta`` (site → tensor).
+
+    Weights may carry leading particle dimensions matching those of z ([P, H, z_dim] with z [P, B, z_dim]).
+    """
+    h = z
+    for layer in (1, 2, 3):
+        weight, bias = theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]
+        h = torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
+        if layer < 3:
+            h = F.leaky_relu(h, LEAKY_SLOPE)
+    return h
+
+
+def without_data_dim(value, event_shape):
+    """Drop the size-1 ``data`` plate dimension that a global site gets under vectorized particles.
+
+    With ``Trace_ELBO(vectorize_particles=True)`` a global site has batch shape [P, 1]; the decoder wants
+    [P]. Without particles the value is returned as it is.
+    """
+    batch_dims = value.dim() - len(event_shape)
+    if batch_dims == 0:
+        return value
+    return value.reshape(value.shape[: batch_dims - 1] + tuple(event_shape))
+
+
+class BayesianDecoderModel:
+    """The Pyro model ``model(x, idx)``: x is a minibatch [B, x_dim], idx its indices [B] among N."""
+
+    def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0):
+        self.n_obs = n_obs
+        self.x_dim = x_dim
+        self.z_dim = z_dim
+        self.shapes = decoder_shapes(z_dim, hidden, x_dim)
+        self.prior_scale = prior_scale
+        self.obs_scale = obs_scale
+
+    def sample_decoder(self, zero):
+        """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`."""
+        theta = {}
+        for name, shape in self.shapes.items():
+            prior = dist.Normal(zero, self.prior_scale).expand(shape).to_event(len(shape))
+            theta[name] = without_data_dim(pyro.sample(name, prior), shape)
+        return theta
+
+    def __call__(self, x, idx):
+        zero = x.new_zeros(())
+        theta = self.sample_decoder(zero)
+        with pyro.plate("data", self.n_obs, subsample=idx):
+            z = pyro.sample("z", dist.Normal(zero, 1.0).expand([self.z_dim]).to_event(1))
+            pyro.sample("x", dist.Normal(decode(z, theta), self.obs_scale).to_event(1), obs=x)

@@ -1,0 +1,29 @@
+import pytest
+import torch
+
+import pyro
+
+from amortized_pyro.data import Data, load_data
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def fresh_pyro():
+    """Every test starts with an empty param store, validation on and the default float32."""
+    pyro.clear_param_store()
+    pyro.enable_validation(True)
+    yield
+    torch.set_default_dtype(torch.float32)
+    pyro.clear_param_store()
+
+
+@pytest.fixture(scope="session")
+def sample_data():
+    """400 training and 100 test images of the shipped real MNIST sample."""
+    return load_data("mnist-sample", n_obs=400, n_test=100, seed=0, log=lambda line: None)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(sample_data):
+    return Data(sample_data.train[:120], sample_data.test[:30], sample_data.source)

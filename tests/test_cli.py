@@ -1,0 +1,102 @@
+"""The command line end to end, and its answers to bad input: one line, non-zero exit, no traceback."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from amortized_pyro.cli import cli
+
+FAST = ["--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20", "--epochs", "2", "--batch-size", "30",
+        "--hidden", "16", "--z-dim", "4", "--no-progress", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_help_explains_every_option():
+    result = run("fit", "--help")
+    assert result.exit_code == 0
+    for option in ("--guide", "--width", "--dataset", "--n-obs", "--epochs", "--batch-size", "--lr", "--weight-decay",
+                   "--particles", "--device", "--seed", "--eval-every", "--jit", "--out", "--data-dir"):
+        assert option in result.output
+
+
+@pytest.mark.parametrize("guide", ["amortized", "per-datapoint", "shared"])
+def test_fit_writes_all_outputs(tmp_path, guide):
+    result = run("fit", "--guide", guide, "--width", "8", "--out", str(tmp_path), *FAST)
+    assert result.exit_code == 0, result.output
+    assert "final ELBO" in result.output and "final MSE" in result.output
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["config"]["guide"] == guide and "sample" in config["data"]["source"]
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert set(metrics[-1]) == {"epoch", "elbo", "elbo_per_obs", "time", "train_mse", "test_mse"}
+    assert (metrics[-1]["test_mse"] is None) == (guide == "per-datapoint")
+    state = torch.load(tmp_path / "params.pt", weights_only=False)
+    assert "decoder.w3.loc" in state["params"]
+
+
+def test_module_entry_point_runs_fit_as_written(tmp_path):
+    """`python -m amortized_pyro fit --guide amortized --width 128`, shortened to 2 epochs on the sample."""
+    out = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", "--guide", "amortized", "--width", "128",
+                          "--out", str(tmp_path), *FAST], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "summary.json").exists()
+
+
+def one_error_line(result, code=1):
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert "Traceback" not in result.output
+    assert lines[-1].startswith("Error: ")
+    return lines[-1]
+
+
+@pytest.mark.parametrize("args", [["--guide", "nope"], ["--width", "0"], ["--width", "-5"], ["--epochs", "0"],
+                                  ["--lr", "0"]])
+def test_usage_errors_exit_2(args):
+    one_error_line(run("fit", *args), code=2)
+
+
+def write_npy(path, nan=False):
+    images = np.random.default_rng(0).random((50, 28, 28))
+    if nan:
+        images[0, 0, 0] = np.nan
+    np.save(path, images)
+    return str(path)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing file", "unknown dataset"),
+    ("corrupt idx", "corrupt"),
+    ("nan data", "NaN"),
+    ("cuda absent", "CUDA is not available"),
+    ("diverges", "diverged"),
+    ("fashion offline", "could not be downloaded"),
+])
+def test_runtime_errors_exit_1_with_one_line(tmp_path, case, expected):
+    args = list(FAST)
+    if case == "missing file":
+        args += ["--dataset", str(tmp_path / "missing.npy")]
+    elif case == "corrupt idx":
+        (tmp_path / "t10k-images-idx3-ubyte").write_bytes(bytes([0, 0, 8, 3, 0, 0, 0, 9, 0, 0, 0, 28, 0, 0, 0, 28]))
+        args += ["--dataset", str(tmp_path)]
+    elif case == "nan data":
+        args += ["--dataset", write_npy(tmp_path / "x.npy", nan=True)]
+    elif case == "cuda absent":
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is present")
+        args += ["--device", "cuda"]
+    elif case == "diverges":
+        args += ["--lr", "1e9", "--batch-size", "60", "--epochs", "4", "--out", str(tmp_path / "run")]
+    else:
+        args += ["--dataset", "fashion-mnist", "--no-download", "--data-dir", str(tmp_path)]
+    line = one_error_line(run("fit", *args))
+    assert expected in line
+    if case == "diverges":  # finished epochs are kept
+        assert (tmp_path / "run" / "metrics.jsonl").read_text().strip()

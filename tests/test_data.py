@@ -1,0 +1,121 @@
+"""Data sources: IDX folders (plain and gzipped), .npy/.npz arrays, the shipped sample, subsets, bad files."""
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from amortized_pyro import AmortizedPyroError, load_data
+from amortized_pyro.data import SAMPLE_PATH, read_idx
+
+quiet = dict(log=lambda line: None)
+
+
+def sample_images(n=300):
+    return np.load(SAMPLE_PATH)["images"][:n]
+
+
+def write_idx(path, array, compress=False):
+    header = bytes([0, 0, 0x08, array.ndim]) + np.array(array.shape, ">u4").tobytes()
+    raw = header + array.astype(np.uint8).tobytes()
+    (gzip.open if compress else open)(path, "wb").write(raw)
+
+
+def test_shipped_sample_is_real_mnist():
+    data = load_data("mnist-sample", n_obs=2500, n_test=500, **quiet)
+    assert data.train.shape == (2500, 784) and data.test.shape == (500, 784)
+    assert data.train.dtype == torch.float32 and 0 <= data.train.min() and data.train.max() <= 1
+    # MNIST digits: mostly black background, a few hundred bright pixels each
+    assert 0.05 < data.train.mean() < 0.2 and (data.train > 0.5).sum(1).float().mean() > 50
+
+
+def test_subsets_are_deterministic_and_disjoint():
+    a = load_data("mnist-sample", n_obs=200, n_test=50, seed=3, **quiet)
+    b = load_data("mnist-sample", n_obs=200, n_test=50, seed=3, **quiet)
+    c = load_data("mnist-sample", n_obs=200, n_test=50, seed=4, **quiet)
+    assert torch.equal(a.train, b.train) and torch.equal(a.test, b.test) and not torch.equal(a.train, c.train)
+    rows = {tuple(r.tolist()) for r in a.train} & {tuple(r.tolist()) for r in a.test}
+    assert not rows
+
+
+def test_too_few_images_are_capped_and_said():
+    lines = []
+    data = load_data("mnist-sample", n_obs=10000, n_test=1000, log=lines.append)
+    assert len(lines) == 1 and "using n_obs=" in lines[0]
+    assert data.train.shape[0] + data.test.shape[0] <= 3000
+
+
+def test_mnist_unavailable_offline_falls_back_to_sample(tmp_path):
+    lines = []
+    data = load_data("mnist", data_dir=tmp_path, n_obs=100, n_test=10, download=False, log=lines.append)
+    assert len(lines) == 1 and "shipped MNIST sample" in lines[0]
+    assert "sample" in data.source and data.train.shape == (100, 784)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_folder_with_train_and_test_files(tmp_path, compress):
+    images = sample_images()
+    suffix = ".gz" if compress else ""
+    write_idx(tmp_path / ("train-images-idx3-ubyte" + suffix), images[:200], compress)
+    write_idx(tmp_path / ("t10k-images-idx3-ubyte" + suffix), images[200:], compress)
+    assert np.array_equal(read_idx(tmp_path / ("train-images-idx3-ubyte" + suffix)), images[:200])
+    data = load_data(str(tmp_path), n_obs=150, n_test=80, **quiet)
+    assert data.train.shape == (150, 784) and data.test.shape == (80, 784)
+
+
+def test_real_mnist_idx_from_shared_if_present():
+    """The published file, where this checkout has ../shared beside it (skipped for a plain clone)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "mnist"
+    if not folder.is_dir():
+        pytest.skip("no ../shared/data/mnist")
+    images = read_idx(folder / "t10k-images-idx3-ubyte.gz")
+    assert images.shape == (10000, 28, 28) and np.array_equal(images[:3000], np.load(SAMPLE_PATH)["images"])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "magic", "empty"])
+def test_corrupt_idx_gives_clear_error(tmp_path, damage):
+    path = tmp_path / "t10k-images-idx3-ubyte"
+    write_idx(path, sample_images(10))
+    raw = path.read_bytes()
+    path.write_bytes({"truncate": raw[:-7], "magic": b"\x12\x34" + raw[2:], "empty": b""}[damage])
+    with pytest.raises(AmortizedPyroError, match="IDX|corrupt"):
+        load_data(str(tmp_path), n_obs=5, n_test=2, **quiet)
+
+
+def test_npy_and_npz_sources(tmp_path):
+    images = sample_images(100)
+    np.save(tmp_path / "x.npy", images)
+    np.savez(tmp_path / "split.npz", train=images[:60] / 255.0, test=images[60:])
+    assert load_data(str(tmp_path / "x.npy"), n_obs=70, n_test=30, **quiet).train.shape == (70, 784)
+    data = load_data(str(tmp_path / "split.npz"), n_obs=60, n_test=40, **quiet)
+    assert data.test.shape == (40, 784)
+    assert torch.allclose(data.train.sort(0).values, torch.tensor(images[:60] / 255.0, dtype=torch.float32)
+                          .reshape(60, -1).sort(0).values)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("nan", "NaN"), ("range", r"\[0, 1\]"), ("garbage", "cannot read"), ("keys", "expected arrays"),
+])
+def test_bad_array_files_give_clear_errors(tmp_path, content, message):
+    images = sample_images(20) / 255.0
+    path = tmp_path / ("bad.npz" if content == "keys" else "bad.npy")
+    if content == "nan":
+        images[3, 5, 5] = np.nan
+        np.save(path, images)
+    elif content == "range":
+        np.save(path, images * 3)
+    elif content == "garbage":
+        path.write_bytes(b"not an array at all")
+    else:
+        np.savez(path, a=images, b=images)
+    with pytest.raises(AmortizedPyroError, match=message):
+        load_data(str(path), n_obs=10, n_test=5, **quiet)
+
+
+def test_missing_source_gives_clear_error(tmp_path):
+    with pytest.raises(AmortizedPyroError, match="unknown dataset"):
+        load_data(str(tmp_path / "nothing-here"), **quiet)
+    with pytest.raises(AmortizedPyroError, match="no IDX image files"):
+        load_data(str(tmp_path), **quiet)
