@@ -9,7 +9,8 @@
 Initialisation, as in the reference study: m_j = 0 and s_j = e^-2 for q(θ). The per-datapoint and
 shared factors start at the prior (μ = 0, σ = 1); the encoder starts with PyTorch's default Linear
 initialisation, so its σ starts near 1 too. Parameter names: ``decoder.w1.loc``, ``decoder.w1.scale``, …,
-``z.loc``/``z.scale`` (per-datapoint, shared) and ``encoder$$$…`` (amortized, via ``pyro.module``).
+``z.loc``/``z.log_scale`` (per-datapoint [N, z_dim], shared [z_dim]; σ = exp(log σ), exponentiated only
+for the rows in use) and ``encoder$$$…`` (amortized, via ``pyro.module``).
 """
 import math
 
@@ -81,37 +82,23 @@ class AmortizedFactor:
         return pyro.module("encoder", self.encoder, update_module_params=True)(x)
 
 
-class PerDatapointFactor:
-    """F-VI: free (μ_n, σ_n) for each of the N training observations, picked out by idx."""
+class FreeFactor:
+    """Free parameters (μ, log σ): one row per training observation, picked out by idx (F-VI, ``rows=N``),
+    or one row for every observation (constant-VI, ``rows=None``). Only the rows in use are exponentiated."""
 
-    can_infer_unseen = False
-
-    def __init__(self, n_obs, z_dim, device):
-        self.shape = (n_obs, z_dim)
+    def __init__(self, rows, z_dim, device):
+        self.shape = (z_dim,) if rows is None else (rows, z_dim)
+        self.per_datapoint = rows is not None
+        self.can_infer_unseen = not self.per_datapoint
         self.device = device
 
     def __call__(self, x, idx):
         loc = pyro.param("z.loc", lambda: torch.zeros(self.shape, device=self.device))
-        scale = pyro.param("z.scale", lambda: torch.ones(self.shape, device=self.device),
-                           constraint=constraints.positive)
-        return loc[idx], scale[idx]
-
-
-class SharedFactor:
-    """Constant-VI: one (μ, σ) for every observation."""
-
-    can_infer_unseen = True
-
-    def __init__(self, z_dim, device):
-        self.z_dim = z_dim
-        self.device = device
-
-    def __call__(self, x, idx):
-        loc = pyro.param("z.loc", lambda: torch.zeros(self.z_dim, device=self.device))
-        scale = pyro.param("z.scale", lambda: torch.ones(self.z_dim, device=self.device),
-                           constraint=constraints.positive)
-        batch = (idx.shape[0], self.z_dim)
-        return loc.expand(batch), scale.expand(batch)
+        log_scale = pyro.param("z.log_scale", lambda: torch.zeros(self.shape, device=self.device))
+        if self.per_datapoint:
+            return loc[idx], log_scale[idx].exp()
+        batch = (idx.shape[0],) + self.shape
+        return loc.expand(batch), log_scale.exp().expand(batch)
 
 
 class Guide:
@@ -151,10 +138,8 @@ def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128,
         if not isinstance(width, int) or width < 1:
             raise AmortizedPyroError("encoder width must be a whole number >= 1, got %r" % (width,))
         local = AmortizedFactor(x_dim, z_dim, width, device)
-    elif name == "per-datapoint":
-        local = PerDatapointFactor(n_obs, z_dim, device)
-    elif name == "shared":
-        local = SharedFactor(z_dim, device)
+    elif name in ("per-datapoint", "shared"):
+        local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device)
     else:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (name, ", ".join(GUIDES)))
     return Guide(name, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local, device)

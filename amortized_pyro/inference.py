@@ -6,6 +6,7 @@ algorithms with the loss kept as a device tensor; the loop reads it back once pe
 """
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -14,7 +15,7 @@ from tqdm.auto import tqdm
 import pyro
 from pyro import poutine
 from pyro.infer import SVI, JitTrace_ELBO, Trace_ELBO
-from pyro.infer.util import zero_grads
+from pyro.optim import PyroOptim
 
 from .data import load_data
 from .errors import AmortizedPyroError
@@ -48,7 +49,7 @@ class FitConfig:
     device: str = "auto"
     seed: int = 0
     eval_every: int = 1
-    jit: bool = False
+    jit: bool = True
 
     def check(self):
         if self.guide not in GUIDES:
@@ -110,23 +111,69 @@ class DeviceTrace_ELBO(_LossOnDevice, Trace_ELBO):
 
 
 class DeviceJitTrace_ELBO(_LossOnDevice, JitTrace_ELBO):
-    """JitTrace_ELBO without its per-step NaN check and ``.item()``."""
+    """JitTrace_ELBO without its per-step NaN check and ``.item()``: the same estimator, traced once by
+    torch.jit, which removes Pyro's Python overhead per step.
+
+    Pyro 1.9's ``JitTrace_ELBO.differentiable_loss`` returns ``loss + (surrogate − surrogate.detach())``
+    where the traced ``loss`` still carries gradient, so gradients come out doubled; here the value is
+    the loss and the gradient the surrogate's alone.
+    """
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
-        loss, surrogate_loss = self.loss_and_surrogate_loss(model, guide, *args, **kwargs)
-        return loss + (surrogate_loss - surrogate_loss.detach())
+        with warnings.catch_warnings():  # torch >= 2.9 marks torch.jit.trace deprecated; it still works
+            warnings.filterwarnings("ignore", message=".*torch.jit.trace.*", category=FutureWarning)
+            loss, surrogate_loss = self.loss_and_surrogate_loss(model, guide, *args, **kwargs)
+        return surrogate_loss + (loss - surrogate_loss).detach()
 
 
 class DeviceSVI(SVI):
-    """``pyro.infer.SVI`` whose ``step`` returns the loss as a device tensor (no host sync)."""
+    """``pyro.infer.SVI`` whose ``step`` returns the loss as a device tensor (no host sync) and releases
+    gradients (``grad = None``) instead of allocating fresh zero tensors for them."""
 
     def step(self, *args, **kwargs):
         with poutine.trace(param_only=True) as param_capture:
             loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
         params = set(site["value"].unconstrained() for site in param_capture.trace.nodes.values())
         self.optim(params)
-        zero_grads(params)
+        for p in params:
+            p.grad = None
         return loss
+
+
+class SingleOptim(PyroOptim):
+    """A PyroOptim with one torch optimizer for all parameters (new ones join as a parameter group).
+
+    ``pyro.optim.Adam`` keeps one optimizer per parameter tensor and steps them one by one; Adam's update
+    is elementwise, so one optimizer over all tensors computes the same update with torch's multi-tensor
+    kernels and a single call.
+    """
+
+    def __init__(self, optim_constructor, optim_args):
+        super().__init__(optim_constructor, optim_args)
+        self.optimizer = None
+        self.known = set()
+
+    def __call__(self, params, *args, **kwargs):
+        new = [p for p in params if p not in self.known]
+        if new:
+            self.known.update(new)
+            if self.optimizer is None:
+                self.optimizer = self.pt_optim_constructor(new, **self.pt_optim_args)
+            else:
+                self.optimizer.add_param_group({"params": new})
+        self.optimizer.step()
+
+
+def optimizer_args(lr=1e-3, weight_decay=0.0):
+    """(torch optimizer, its arguments): Adam, or AdamW where weight_decay > 0; multi-tensor (foreach)."""
+    if weight_decay > 0:
+        return torch.optim.AdamW, {"lr": lr, "weight_decay": weight_decay, "foreach": True}
+    return torch.optim.Adam, {"lr": lr, "foreach": True}
+
+
+def make_optimizer(lr=1e-3, weight_decay=0.0):
+    """Adam (AdamW with decoupled weight decay where weight_decay > 0) as one Pyro optimizer."""
+    return SingleOptim(*optimizer_args(lr, weight_decay))
 
 
 def make_elbo(particles=1, jit=False):
@@ -134,6 +181,19 @@ def make_elbo(particles=1, jit=False):
     elbo = DeviceJitTrace_ELBO if jit else DeviceTrace_ELBO
     options = dict(ignore_jit_warnings=True) if jit else {}
     return elbo(num_particles=particles, vectorize_particles=particles > 1, max_plate_nesting=1, **options)
+
+
+def training_elbo(model, guide, x, idx, particles, jit, log):
+    """The estimator to train with: the torch.jit-compiled one where it compiles for this model and
+    guide (tried once, on one minibatch), else the plain one, saying so in one line."""
+    if jit:
+        elbo = make_elbo(particles, jit=True)
+        try:
+            elbo.differentiable_loss(model, guide, x, idx)
+            return elbo
+        except Exception as e:  # noqa: BLE001 -- any failure to trace means: run uncompiled
+            log("torch.jit could not compile the ELBO (%s); training without --jit" % str(e).strip().splitlines()[0])
+    return make_elbo(particles)
 
 
 @dataclass
@@ -201,8 +261,9 @@ def fit(config=None, data=None, out=None, progress=True, log=print, **overrides)
                                  config.prior_scale, config.obs_scale)
     guide = make_guide(config.guide, n_obs, data.train.shape[1], config.z_dim, config.hidden, config.width,
                        config.init_scale, device)
-    optim = pyro.optim.AdamW({"lr": config.lr, "weight_decay": config.weight_decay})
-    svi = DeviceSVI(model, guide, optim, make_elbo(config.particles, config.jit))
+    first = torch.arange(min(config.batch_size, n_obs), device=device)
+    elbo = training_elbo(model, guide, data.train[first], first, config.particles, config.jit, log)
+    svi = DeviceSVI(model, guide, make_optimizer(config.lr, config.weight_decay), elbo)
     data_info = {"source": data.source, "n_obs": n_obs, "n_test": data.test.shape[0], "x_dim": data.train.shape[1]}
     writer = RunWriter(out, asdict(config), data_info, str(device)) if out else None
 

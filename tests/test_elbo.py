@@ -1,9 +1,7 @@
 """Pyro's ELBO for our model and guides equals an independent, handwritten ELBO.
 
-The oracle below is written from the formulas, in float64, without calling the package's model,
-decoder or guides:
-
-    ELBO = log p(θ) − log q(θ) + (N / B) Σ_{n ∈ batch} [log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)]
+The oracle (tests/oracle.py) is written from the formulas and run here in float64, without calling the
+package's model, decoder or guides.
 """
 import math
 
@@ -18,55 +16,35 @@ from amortized_pyro.guides import GUIDES, make_guide
 from amortized_pyro.inference import make_elbo
 from amortized_pyro.model import BayesianDecoderModel
 
+from oracle import LAYERS, draw, elbo, encoder_factor
+
 N, B, X_DIM, Z_DIM, HIDDEN, WIDTH = 30, 6, 12, 3, 5, 4
 PRIOR_SCALE, OBS_SCALE = 1.3, 0.7
-LAYERS = ("w1", "b1", "w2", "b2", "w3", "b3")
 
 
-def log_normal(v, m, s):
-    return -0.5 * ((v - m) / s) ** 2 - torch.log(torch.as_tensor(s, dtype=torch.float64)) - 0.5 * math.log(2 * math.pi)
-
-
-def leaky(h):
-    return torch.where(h > 0, h, 0.2 * h)
-
-
-def mlp(h, ws, bs):
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        h = h @ w.T + b
-        if i < len(ws) - 1:
-            h = leaky(h)
-    return h
-
-
-def variational_params(guide_name, x, idx):
+def variational_params(guide_name, idx):
     """(m, s) of every θ site, and (μ, σ) of q(z) for the batch, read from the param store by name."""
     p = {name: pyro.param(name).detach() for name in pyro.get_param_store().keys()}
     q_theta = {l: (p["decoder.%s.loc" % l], p["decoder.%s.scale" % l]) for l in LAYERS}
     if guide_name == "amortized":
-        e = {k.split("$$$")[1]: v for k, v in p.items() if k.startswith("encoder$$$")}
-        h = leaky(leaky(x @ e["body.0.weight"].T + e["body.0.bias"]) @ e["body.2.weight"].T + e["body.2.bias"])
-        q_z = (h @ e["loc.weight"].T + e["loc.bias"], torch.exp(h @ e["log_scale.weight"].T + e["log_scale.bias"]))
-    elif guide_name == "per-datapoint":
-        q_z = (p["z.loc"][idx], p["z.scale"][idx])
-    else:
-        q_z = (p["z.loc"].expand(len(idx), -1), p["z.scale"].expand(len(idx), -1))
-    return q_theta, q_z
+        return q_theta, None, {k.split("$$$")[1]: v for k, v in p.items() if k.startswith("encoder$$$")}
+    if guide_name == "per-datapoint":
+        return q_theta, (p["z.loc"][idx], p["z.log_scale"][idx].exp()), None
+    return q_theta, (p["z.loc"].expand(len(idx), -1), p["z.log_scale"].exp().expand(len(idx), -1)), None
+
+
+def oracle_q(guide_name, x, idx):
+    q_theta, q_z, encoder = variational_params(guide_name, idx)
+    return q_theta, (encoder_factor(x, encoder) if encoder is not None else q_z)
 
 
 def handwritten_elbo(x, q_theta, q_z, theta, z, scale=N / B):
-    log_p_theta = sum(log_normal(theta[l], 0.0, PRIOR_SCALE).sum() for l in LAYERS)
-    log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in LAYERS)
-    mean = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
-    local = log_normal(x, mean, OBS_SCALE).sum() + log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum()
-    return log_p_theta - log_q_theta + scale * local
+    return elbo(x, q_theta, q_z, theta, z, scale, PRIOR_SCALE, OBS_SCALE)
 
 
 def handwritten_draw(q_theta, q_z, scale=N / B, x=None):
     """The oracle's own reparameterized draw and its ELBO."""
-    theta = {l: m + s * torch.randn_like(m) for l, (m, s) in q_theta.items()}
-    z = q_z[0] + q_z[1] * torch.randn_like(q_z[0])
-    return handwritten_elbo(x, q_theta, q_z, theta, z, scale)
+    return handwritten_elbo(x, q_theta, q_z, *draw(q_theta, q_z), scale)
 
 
 @pytest.fixture
@@ -99,7 +77,7 @@ def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
     replayed = poutine.replay(guide, trace=guide_trace)
     theta = {l: guide_trace.nodes["decoder." + l]["value"] for l in LAYERS}
     z = guide_trace.nodes["z"]["value"]
-    expected = handwritten_elbo(x, *variational_params(guide_name, x, idx), theta, z)
+    expected = handwritten_elbo(x, *oracle_q(guide_name, x, idx), theta, z)
 
     pyro_elbo = -Trace_ELBO().loss(model, replayed, x, idx)
     assert pyro_elbo == pytest.approx(expected.item(), rel=1e-6)
@@ -113,7 +91,7 @@ def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
 def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
     """Vectorized-particle ELBO estimates and the oracle's own draws agree in mean within 4 standard errors."""
     guide_name, model, guide, x, idx = setup
-    q_theta, q_z = variational_params(guide_name, x, idx)
+    q_theta, q_z = oracle_q(guide_name, x, idx)
     particles, calls = 10, 300
     elbo = make_elbo(particles=particles)
     pyro.set_rng_seed(2)
@@ -125,3 +103,28 @@ def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
     assert abs(pyro_draws.mean().item() - oracle_draws.mean().item()) < 4 * se
     # the test has power: forgetting the N/B scaling of the local terms would be caught
     assert abs(unscaled.mean().item() - oracle_draws.mean().item()) > 8 * se
+
+
+@pytest.mark.parametrize("particles", [1, 3])
+@pytest.mark.parametrize("guide_name", GUIDES)
+def test_compiled_elbo_repeats_the_plain_elbo_draw_for_draw(guide_name, particles):
+    """The fast path (--jit): after compilation, with the same seed, the same loss and gradients on fresh
+    minibatches, a smaller last minibatch included."""
+    pyro.set_rng_seed(0)
+    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE)
+    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH, device="cpu")
+    x_all = torch.rand(N, X_DIM)
+    compiled, plain = make_elbo(particles, jit=True), make_elbo(particles)
+    compiled.differentiable_loss(model, guide, x_all[:B], torch.arange(B))  # compiles
+    for size in (B, B, 4):
+        idx = torch.randperm(N)[:size]
+        results = []
+        for elbo in (compiled, plain):
+            pyro.set_rng_seed(7)
+            loss = elbo.differentiable_loss(model, guide, x_all[idx], idx)
+            params = [pyro.get_param_store().get_param(name).unconstrained() for name in sorted(pyro.get_param_store().keys())]
+            results.append((loss.item(), torch.autograd.grad(loss, params)))
+        (loss_c, grads_c), (loss_p, grads_p) = results
+        assert loss_c == pytest.approx(loss_p, rel=1e-6)
+        for g_c, g_p in zip(grads_c, grads_p):
+            assert torch.allclose(g_c, g_p, rtol=1e-5, atol=1e-6)

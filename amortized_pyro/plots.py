@@ -1,0 +1,180 @@
+"""Figures of a comparison, drawn from its saved results alone (matplotlib, PNG).
+
+    fig1_neg_elbo       −ELBO per observation against epoch (log scale)
+    fig2_train_mse      reconstruction MSE on the training images against epoch
+    fig3_test_mse       reconstruction MSE on held-out images against epoch (F-VI has none)
+    fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
+    fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
+    fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
+
+Curves show the mean over seeds with a band from the minimum to the maximum seed.
+"""
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .experiments import MSE_THRESHOLD, _order, iterations_to, ms_per_epoch, slug  # noqa: E402
+
+
+def _curves(results, dataset, key):
+    """{label: (epochs, values [seeds, epochs])} for one dataset, configurations in display order."""
+    per_label = {}
+    for (ds, name, seed), rows in sorted(results.runs().items()):
+        if ds == dataset:
+            per_label.setdefault(name, []).append(rows)
+    curves = {}
+    for name in sorted(per_label, key=_order):
+        length = min(len(rows) for rows in per_label[name])
+        values = np.array([[r[key] for r in rows[:length]] for rows in per_label[name]], dtype=float)
+        if not np.isnan(values).all():
+            curves[name] = (np.array([r["epoch"] for r in per_label[name][0][:length]]), values)
+    return curves
+
+
+def _title(results, dataset, what):
+    rows = [r for r in results.rows if r["dataset"] == dataset]
+    seeds = len({r["seed"] for r in rows})
+    study = rows[0]["study"]
+    return "%s (%s study: %s, N=%d, %d epochs, %d seed%s)" % (
+        what, study, dataset, rows[0]["n_obs"], max(r["epoch"] for r in rows), seeds, "s" * (seeds > 1))
+
+
+def _colors(names):
+    cmap = plt.get_cmap("viridis")
+    amortized = [n for n in names if n.startswith("A-VI")]
+    colors = {n: cmap(0.15 + 0.7 * i / max(1, len(amortized) - 1)) for i, n in enumerate(amortized)}
+    colors.update({"F-VI": "tab:red", "constant-VI": "tab:gray"})
+    return colors
+
+
+def curve_figure(results, key, ylabel, what, path, log=False, negate=False):
+    datasets = sorted({r["dataset"] for r in results.rows})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.5), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        curves = _curves(results, dataset, key)
+        colors = _colors(list(curves))
+        for name, (epochs, values) in curves.items():
+            values = -values if negate else values
+            ax.plot(epochs, np.nanmean(values, 0), color=colors[name], label=name, lw=1.5)
+            if len(values) > 1:
+                ax.fill_between(epochs, np.nanmin(values, 0), np.nanmax(values, 0), color=colors[name], alpha=0.2)
+        ax.set(xlabel="epoch", ylabel=ylabel, title=_title(results, dataset, what))
+        ax.title.set_fontsize(9)
+        if log:
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def speed_figure(results, path, threshold=MSE_THRESHOLD):
+    datasets = sorted({r["dataset"] for r in results.rows})
+    fig, axes = plt.subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
+    for col, dataset in enumerate(datasets):
+        runs = {}
+        for (ds, name, seed), rows in results.runs().items():
+            if ds == dataset:
+                runs.setdefault(name, []).append(rows)
+        names = sorted(runs, key=_order)
+        reached = [[i for i in (iterations_to(r, threshold) for r in runs[n]) if i is not None] for n in names]
+        ax = axes[0][col]
+        ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
+        for i, (name, r) in enumerate(zip(names, reached)):
+            ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
+                        xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+        ax.set(ylabel="iterations to train MSE < %g" % threshold,
+               title=_title(results, dataset, "Speed: iterations to train MSE < %g" % threshold))
+        ax.title.set_fontsize(9)
+        ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
+        ax = axes[1][col]
+        ax.bar(range(len(names)), [np.mean(m) for m in ms], yerr=[np.std(m) for m in ms],
+               color=[_colors(names)[n] for n in names], capsize=3)
+        ax.set_xticks(range(len(names)), names)
+        ax.set(ylabel="training time per epoch (ms)", title="wall-clock time per epoch (mean ± sd over seeds)")
+        ax.title.set_fontsize(9)
+        for a in axes[:, col]:
+            a.tick_params(axis="x", labelsize=8, rotation=20)
+            a.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def reconstruction_figure(results, dataset, path):
+    recs = [r for r in results.reconstructions if r["dataset"] == dataset]
+    if not recs:
+        return False
+    names = ["original"] + sorted({r["label"] for r in recs if r["label"] != "original"}, key=_order)
+    images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
+    n = max(len(v) for v in images.values())
+    side = int(round(np.sqrt(next(iter(images.values())).shape[1])))
+    fig, axes = plt.subplots(2 * n, len(names), figsize=(1.2 * len(names), 1.2 * 2 * n + 0.8), squeeze=False)
+    for col, name in enumerate(names):
+        for s, split in enumerate(("train", "test")):
+            for i in range(n):
+                ax = axes[s * n + i][col]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                block = images.get((name, split))
+                if block is not None and i < len(block):
+                    ax.imshow(block[i].reshape(side, side), cmap="gray", vmin=0, vmax=1)
+                else:
+                    ax.text(0.5, 0.5, "n/a", ha="center", va="center", fontsize=7, transform=ax.transAxes)
+                if i == 0 and s == 0:
+                    ax.set_title(name, fontsize=7)
+                if col == 0:
+                    ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
+    fig.suptitle(_title(results, dataset, "Reconstructions Ω(E[z]; E[θ])") + "\nF-VI has no q(z) for test images",
+                 fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def seeds_figure(results, path):
+    datasets = sorted({r["dataset"] for r in results.rows})
+    names = sorted({r["label"] for r in results.rows}, key=_order)
+    fig, axes = plt.subplots(len(datasets), len(names), figsize=(3.2 * len(names), 3 * len(datasets)),
+                             squeeze=False, sharey="row")
+    for row, dataset in enumerate(datasets):
+        curves = _curves(results, dataset, "elbo_per_obs")
+        for col, name in enumerate(names):
+            ax = axes[row][col]
+            if name in curves:
+                epochs, values = curves[name]
+                for seed_values in values:
+                    ax.plot(epochs, -seed_values, lw=1)
+            ax.set_yscale("log")
+            ax.set_title("%s: %s" % (dataset, name), fontsize=8)
+            ax.set_xlabel("epoch", fontsize=8)
+            ax.grid(alpha=0.3)
+        axes[row][0].set_ylabel("−ELBO per observation (nats)", fontsize=8)
+    fig.suptitle(_title(results, datasets[0], "−ELBO of every seed"), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_all(results, out, threshold=MSE_THRESHOLD):
+    """Draw every figure into ``out``; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "fig1_neg_elbo.png", out / "fig2_train_mse.png", out / "fig3_test_mse.png", out / "fig4_speed.png"]
+    curve_figure(results, "elbo_per_obs", "−ELBO per observation (nats)", "−ELBO", paths[0], log=True, negate=True)
+    curve_figure(results, "train_mse", "train reconstruction MSE", "Train MSE", paths[1], log=True)
+    curve_figure(results, "test_mse", "test reconstruction MSE", "Test MSE", paths[2], log=True)
+    speed_figure(results, paths[3], threshold)
+    for dataset in sorted({r["dataset"] for r in results.rows}):
+        path = out / ("fig5_reconstructions_%s.png" % slug(dataset))
+        if reconstruction_figure(results, dataset, path):
+            paths.append(path)
+    paths.append(out / "fig6_elbo_seeds.png")
+    seeds_figure(results, paths[-1])
+    return paths

@@ -1,0 +1,54 @@
+"""The handwritten ELBO: the test oracle, written from the formulas in plain torch.
+
+    ELBO = log p(θ) − log q(θ) + (N / B) Σ_{n ∈ batch} [log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)]
+
+with p(θ) = N(0, prior_scale²), p(z) = N(0, I), p(x | z, θ) = N(Ω(z; θ), obs_scale² I), q Gaussian.
+It never calls the package's model, decoder or guides. The benchmark's handwritten step uses it too.
+"""
+import math
+
+import torch
+
+LAYERS = ("w1", "b1", "w2", "b2", "w3", "b3")
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def log_normal(v, m, s):
+    """log N(v | m, s²) elementwise; s a tensor or a number."""
+    log_s = math.log(s) if isinstance(s, (int, float)) else torch.log(s)
+    return -0.5 * ((v - m) / s) ** 2 - log_s - HALF_LOG_2PI
+
+
+def leaky(h):
+    return torch.where(h > 0, h, 0.2 * h)
+
+
+def mlp(h, ws, bs):
+    """Linear layers with LeakyReLU(0.2) between them: h @ w.T + b."""
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        h = h @ w.T + b
+        if i < len(ws) - 1:
+            h = leaky(h)
+    return h
+
+
+def encoder_factor(x, e):
+    """(μ, σ) of the amortized q(z | x) from encoder weights ``e`` (names as in the package's Encoder)."""
+    h = mlp(x, [e["body.0.weight"], e["body.2.weight"]], [e["body.0.bias"], e["body.2.bias"]])
+    h = leaky(h)
+    return h @ e["loc.weight"].T + e["loc.bias"], torch.exp(h @ e["log_scale.weight"].T + e["log_scale.bias"])
+
+
+def elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0):
+    """The ELBO at one draw (θ, z) of q, for a minibatch x whose local terms are scaled by ``scale`` = N/B."""
+    log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in LAYERS)
+    log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in LAYERS)
+    mean = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    local = log_normal(x, mean, obs_scale).sum() + log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum()
+    return log_p_theta - log_q_theta + scale * local
+
+
+def draw(q_theta, q_z):
+    """A reparameterized draw θ = m + s ε, z = μ + σ ε."""
+    theta = {l: m + s * torch.randn_like(m) for l, (m, s) in q_theta.items()}
+    return theta, q_z[0] + q_z[1] * torch.randn_like(q_z[0])

@@ -1,0 +1,103 @@
+"""The comparison: a tiny grid's table, its round trip through a file, every figure, and resuming."""
+import math
+
+import matplotlib.image
+import pytest
+from click.testing import CliRunner
+
+from amortized_pyro import experiments
+from amortized_pyro.cli import cli
+from amortized_pyro.experiments import Results, compare, configurations, format_summary
+from amortized_pyro.plots import plot_all
+
+TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
+            device="cpu", eval_every=2, progress=False, log=lambda line: None)
+COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
+           "elbo_per_obs", "train_mse", "test_mse", "time"}
+
+
+def tiny_compare(out):
+    options = {k: v for k, v in TINY.items() if k != "dataset"}
+    return compare(guides=("amortized", "per-datapoint"), widths=(8,), seeds=(0, 1), datasets=("mnist-sample",),
+                   out=out, study="tiny", **options)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    return out, tiny_compare(out)
+
+
+def test_table_has_a_row_per_configuration_seed_and_evaluated_epoch(tiny):
+    _, results = tiny
+    assert len(results.rows) == 2 * 2 * 2  # 2 configurations × 2 seeds × epochs {2, 4}
+    assert all(set(row) == COLUMNS for row in results.rows)
+    keys = {(r["label"], r["seed"], r["epoch"]) for r in results.rows}
+    assert keys == {(l, s, e) for l in ("A-VI k=8", "F-VI") for s in (0, 1) for e in (2, 4)}
+    assert all(r["iteration"] == 2 * r["epoch"] for r in results.rows)  # 60 images / 30 per batch
+    assert all(math.isnan(r["test_mse"]) == (r["label"] == "F-VI") for r in results.rows)
+    labels = {(r["label"], r["split"]) for r in results.reconstructions}
+    assert labels == {("original", "train"), ("original", "test"), ("A-VI k=8", "train"), ("A-VI k=8", "test"),
+                      ("F-VI", "train")}
+
+
+def test_table_round_trips_through_its_file(tiny, tmp_path):
+    out, results = tiny
+    results.save(tmp_path / "again.jsonl")
+    loaded = Results.load(tmp_path / "again.jsonl")
+    assert len(loaded.rows) == len(results.rows) and loaded.reconstructions == results.reconstructions
+    for a, b in zip(loaded.rows, results.rows):
+        assert a.keys() == b.keys()
+        assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+    assert Results.load(out / "results.jsonl").rows[0]["label"] == results.rows[0]["label"]
+
+
+def test_summary_reports_gap_to_fvi(tiny):
+    _, results = tiny
+    table = {r["label"]: r for r in results.summary()}
+    assert table["F-VI"]["gap_to_fvi"] == 0
+    expected = table["F-VI"]["elbo_per_obs"][0] - table["A-VI k=8"]["elbo_per_obs"][0]
+    assert table["A-VI k=8"]["gap_to_fvi"] == pytest.approx(expected)
+    assert table["A-VI k=8"]["seeds"] == 2 and "| A-VI k=8 |" in format_summary(results.summary())
+
+
+def test_plot_draws_every_figure_from_the_saved_table(tiny, tmp_path):
+    out, _ = tiny
+    paths = plot_all(Results.load(out / "results.jsonl"), tmp_path)
+    assert {p.name for p in paths} == {"fig1_neg_elbo.png", "fig2_train_mse.png", "fig3_test_mse.png",
+                                       "fig4_speed.png", "fig5_reconstructions_mnist-sample.png", "fig6_elbo_seeds.png"}
+    for path in paths:
+        image = matplotlib.image.imread(path)
+        assert path.stat().st_size > 10_000 and image.shape[0] > 200 and image.std() > 0.02
+
+
+def test_resuming_skips_finished_runs(tiny, monkeypatch):
+    out, results = tiny
+    monkeypatch.setattr(experiments, "fit", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    again = tiny_compare(out)
+    assert [(r["label"], r["seed"], r["epoch"], r["elbo"]) for r in again.rows] == \
+        [(r["label"], r["seed"], r["epoch"], r["elbo"]) for r in results.rows]
+
+
+def test_configurations_and_bad_grids():
+    assert configurations(["shared", "amortized"], [64, 1]) == [("amortized", 1), ("amortized", 64), ("shared", None)]
+    with pytest.raises(experiments.AmortizedPyroError):
+        configurations(["amortized"], [0])
+    with pytest.raises(experiments.AmortizedPyroError):
+        configurations(["nope"], [1])
+
+
+def test_compare_and_plot_commands(tmp_path):
+    args = ["compare", "--guides", "shared,amortized", "--widths", "4", "--seeds", "0", "--dataset", "mnist-sample",
+            "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3",
+            "--no-progress", "--device", "cpu", "--out", str(tmp_path / "cmp")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "| constant-VI |" in result.output and (tmp_path / "cmp" / "summary.md").exists()
+    assert len(list((tmp_path / "cmp").glob("fig*.png"))) == 6
+    result = CliRunner().invoke(cli, ["plot", str(tmp_path / "cmp" / "results.jsonl"), "--out", str(tmp_path / "re")])
+    assert result.exit_code == 0 and len(list((tmp_path / "re").glob("fig*.png"))) == 6
+    bad = CliRunner().invoke(cli, ["compare", "--widths", "0"])
+    assert bad.exit_code == 2 and "widths" in bad.output
+    missing = CliRunner().invoke(cli, ["plot", str(tmp_path / "nothing.jsonl")])
+    assert missing.exit_code == 1 and missing.output.strip().splitlines()[-1].startswith("Error: no results file")
