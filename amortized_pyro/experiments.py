@@ -1,8 +1,10 @@
 """Comparing guides: a grid of guides × encoder widths × seeds (× datasets) run through ``fit``.
 
 The result is one tidy table, a row per (dataset, configuration, seed, evaluated epoch) with the ELBO,
-train/test reconstruction MSE and training time, plus a few reconstructed images per configuration.
-Both live in one JSON-lines file (``kind`` = ``metrics`` or ``reconstruction``), which ``plot`` reads alone.
+train/test reconstruction MSE and training time, plus a few reconstructed images per configuration and,
+per dataset, the MSE of the mean training image (the reconstruction that ignores z, a baseline). All
+live in one JSON-lines file (``kind`` = ``metrics``, ``reconstruction`` or ``baseline``), which ``plot``
+reads alone.
 All configurations of a dataset train on the same images (drawn with ``data_seed``); the seeds vary
 initialisation and sampling. Each run keeps its own run directory, and a finished one is reused.
 """
@@ -49,9 +51,22 @@ def slug(text):
 class Results:
     """The comparison's tidy ``rows`` (dicts) and ``reconstructions``; saved and loaded as JSON lines."""
 
-    def __init__(self, rows=(), reconstructions=()):
+    def __init__(self, rows=(), reconstructions=(), baselines=()):
         self.rows = list(rows)
         self.reconstructions = list(reconstructions)
+        self.baselines = list(baselines)
+
+    def add_baseline(self, dataset, data):
+        """The MSE of the mean training image on the training and test images: what a decoder that
+        ignores z can reach at best."""
+        mean = data.train.mean(0)
+        mse = {split: (x - mean).pow(2).mean().item() if len(x) else math.nan
+               for split, x in (("train_mse", data.train), ("test_mse", data.test))}
+        self.baselines = [b for b in self.baselines if b["dataset"] != dataset]
+        self.baselines.append(dict(kind="baseline", dataset=dataset, label="mean training image", **mse))
+
+    def baseline(self, dataset):
+        return next((b for b in self.baselines if b["dataset"] == dataset), None)
 
     def add_run(self, result, dataset, study, data, with_images=False):
         """Add a finished run's evaluated epochs; ``with_images`` adds its reconstructions of the first
@@ -84,7 +99,7 @@ class Results:
 
     def save(self, path):
         with open(path, "w") as f:
-            for row in self.rows + self.reconstructions:
+            for row in self.rows + self.baselines + self.reconstructions:
                 f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                                     for k, v in row.items()}) + "\n")
 
@@ -100,7 +115,9 @@ class Results:
                 for r in lines if r.get("kind") == "metrics"]
         if not rows:
             raise AmortizedPyroError("%s holds no metrics rows" % path)
-        return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"])
+        baselines = [{k: (math.nan if v is None else v) for k, v in r.items()}
+                     for r in lines if r.get("kind") == "baseline"]
+        return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines)
 
     def runs(self):
         """{(dataset, label, seed): [rows in epoch order]}."""
@@ -125,7 +142,8 @@ class Results:
                           "test_mse": _mean_sd([f["test_mse"] for f in finals]),
                           "ms_per_epoch": _mean_sd([ms_per_epoch(rows) for rows in runs]),
                           "iterations_to_threshold": _mean_sd([r for r in reached if r is not None]),
-                          "seeds_reaching_threshold": sum(r is not None for r in reached)})
+                          "seeds_reaching_threshold": sum(r is not None for r in reached),
+                          "mean_image_mse": self.baseline(dataset)})
         for row in table:
             reference = next((r for r in table if r["dataset"] == row["dataset"] and r["label"] == "F-VI"), None)
             gap = reference["elbo_per_obs"][0] - row["elbo_per_obs"][0] if reference else math.nan
@@ -182,6 +200,10 @@ def format_summary(table, threshold=MSE_THRESHOLD):
             "n/a" if math.isnan(r["gap_to_fvi"]) else "%.2f" % r["gap_to_fvi"],
             "n/a" if math.isnan(r["gap_to_fvi_percent"]) else "%.2f" % r["gap_to_fvi_percent"],
             pm(r["train_mse"], "%.4f"), pm(r["test_mse"], "%.4f"), pm(r["ms_per_epoch"], "%.0f"), reached))
+    notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
+    for dataset, b in sorted(notes.items()):
+        lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
+                     % (dataset, b["train_mse"], b["test_mse"]))
     return "\n".join(lines)
 
 
@@ -202,6 +224,7 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
     bar = tqdm(total=len(datasets) * len(grid) * len(seeds), desc="compare", unit="run", disable=not progress)
     for dataset in datasets:
         data = load_data(dataset, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log)
+        results.add_baseline(dataset, data)
         for guide, width in grid:
             for seed in seeds:
                 config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=dataset)

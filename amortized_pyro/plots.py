@@ -1,8 +1,9 @@
 """Figures of a comparison, drawn from its saved results alone (matplotlib, PNG).
 
     fig1_neg_elbo       −ELBO per observation against epoch (log scale)
-    fig2_train_mse      reconstruction MSE on the training images against epoch
-    fig3_test_mse       reconstruction MSE on held-out images against epoch (F-VI has none)
+    fig2_train_mse      reconstruction MSE on the training images against epoch, with the mean training
+                        image's MSE as a dashed line
+    fig3_test_mse       reconstruction MSE on held-out images against epoch (F-VI has none), likewise
     fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
@@ -39,7 +40,7 @@ def _title(results, dataset, what):
     rows = [r for r in results.rows if r["dataset"] == dataset]
     seeds = len({r["seed"] for r in rows})
     study = rows[0]["study"]
-    return "%s (%s study: %s, N=%d, %d epochs, %d seed%s)" % (
+    return "%s\n(%s study: %s, N=%d, %d epochs, %d seed%s)" % (
         what, study, dataset, rows[0]["n_obs"], max(r["epoch"] for r in rows), seeds, "s" * (seeds > 1))
 
 
@@ -51,7 +52,7 @@ def _colors(names):
     return colors
 
 
-def curve_figure(results, key, ylabel, what, path, log=False, negate=False):
+def curve_figure(results, key, ylabel, what, path, log=False, negate=False, baseline=False):
     datasets = sorted({r["dataset"] for r in results.rows})
     fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.5), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
@@ -62,6 +63,9 @@ def curve_figure(results, key, ylabel, what, path, log=False, negate=False):
             ax.plot(epochs, np.nanmean(values, 0), color=colors[name], label=name, lw=1.5)
             if len(values) > 1:
                 ax.fill_between(epochs, np.nanmin(values, 0), np.nanmax(values, 0), color=colors[name], alpha=0.2)
+        reference = results.baseline(dataset) if baseline else None
+        if reference and reference[key] == reference[key]:
+            ax.axhline(reference[key], color="black", ls="--", lw=1, label="mean training image (ignores z)")
         ax.set(xlabel="epoch", ylabel=ylabel, title=_title(results, dataset, what))
         ax.title.set_fontsize(9)
         if log:
@@ -130,7 +134,7 @@ def reconstruction_figure(results, dataset, path):
                     ax.set_title(name, fontsize=7)
                 if col == 0:
                     ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
-    fig.suptitle(_title(results, dataset, "Reconstructions Ω(E[z]; E[θ])") + "\nF-VI has no q(z) for test images",
+    fig.suptitle(_title(results, dataset, "Reconstructions Ω(E[z]; E[θ]); F-VI has no q(z) for test images"),
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -168,8 +172,8 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "fig1_neg_elbo.png", out / "fig2_train_mse.png", out / "fig3_test_mse.png", out / "fig4_speed.png"]
     curve_figure(results, "elbo_per_obs", "−ELBO per observation (nats)", "−ELBO", paths[0], log=True, negate=True)
-    curve_figure(results, "train_mse", "train reconstruction MSE", "Train MSE", paths[1], log=True)
-    curve_figure(results, "test_mse", "test reconstruction MSE", "Test MSE", paths[2], log=True)
+    curve_figure(results, "train_mse", "train reconstruction MSE", "Train MSE", paths[1], log=True, baseline=True)
+    curve_figure(results, "test_mse", "test reconstruction MSE", "Test MSE", paths[2], log=True, baseline=True)
     speed_figure(results, paths[3], threshold)
     for dataset in sorted({r["dataset"] for r in results.rows}):
         path = out / ("fig5_reconstructions_%s.png" % slug(dataset))

@@ -9,8 +9,9 @@ do not):
                  torch.optim.Adam, plain PyTorch
   svi            pyro.infer.SVI + Trace_ELBO + pyro.optim.Adam, Pyro's defaults (validation on)
   svi-noval      the same with pyro.enable_validation(False)
-  package        the step ``fit`` runs (DeviceSVI + DeviceTrace_ELBO, no validation, no host sync)
-  package-jit    the same with DeviceJitTrace_ELBO (``--jit``)
+  no-jit         the package's step with ``--no-jit``: DeviceSVI + DeviceTrace_ELBO + one foreach Adam,
+                 FixedScaleNormal likelihood and prior, no validation, no host sync
+  jit            the package's default step (``--jit``): the same with DeviceJitTrace_ELBO
 Prints median ms per step, the ratio to handwritten, and peak memory per method (CUDA: the increase of
 ``torch.cuda.max_memory_allocated`` over the data; CPU: the process's peak RSS at the end).
 """
@@ -27,18 +28,18 @@ import pyro
 from pyro.infer import SVI, Trace_ELBO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from oracle import LAYERS, draw, elbo, encoder_factor  # noqa: E402
+from oracle import draw, elbo, encoder_factor  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
 from amortized_pyro.guides import Encoder, make_guide  # noqa: E402
-from amortized_pyro.inference import DeviceSVI, make_elbo, make_optimizer, optimizer_args  # noqa: E402
+from amortized_pyro.svi import DeviceSVI, make_elbo, make_optimizer, optimizer_args  # noqa: E402
 from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
 
 CONFIGS = {  # N, B, z_dim, H, encoder width
     "reference": dict(n_obs=10000, batch=1000, z_dim=64, hidden=256, width=128),
     "small": dict(n_obs=1000, batch=100, z_dim=16, hidden=64, width=32),
 }
-METHODS = ("handwritten", "svi", "svi-noval", "package", "package-jit")
+METHODS = ("handwritten", "svi", "svi-noval", "no-jit", "jit")
 
 
 class HandwrittenStep:
@@ -87,7 +88,7 @@ def pyro_step(method, guide_name, cfg, x_dim, lr, device):
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), Trace_ELBO())
         validate = method == "svi"
     else:
-        svi = DeviceSVI(model, guide, make_optimizer(lr), make_elbo(jit=method == "package-jit"))
+        svi = DeviceSVI(model, guide, make_optimizer(lr), make_elbo(jit=method == "jit"))
         validate = False
 
     def step(x, idx):
@@ -152,17 +153,17 @@ def main():
     images = images.repeat(-(-10000 // len(images)), 1)[:10000].to(device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, %d threads" % torch.get_num_threads()
     print("# %s | torch %s | pyro %s | data %s" % (where, torch.__version__, pyro.__version__, args.dataset))
-    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | package / handwritten |"
-          + (" peak MiB (hand / package) |" if device.type == "cuda" else ""))
+    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | ratio to handwritten: jit (default) · no-jit · svi · svi-noval |"
+          + (" peak MiB (handwritten / jit) |" if device.type == "cuda" else ""))
     print("|---" * (len(METHODS) + 3 + (device.type == "cuda")) + "|")
     for cfg_name in args.configs:
         for guide in args.guides:
             ms, peak = bench(guide, cfg_name, images, device, args.rounds, args.steps, 1e-3)
             row = "| %s | %s | " % (cfg_name, guide) + " | ".join("%.2f" % ms[m] for m in METHODS)
-            row += " | %.2f× (svi %.2f×, svi-noval %.2f×, jit %.2f×) |" % tuple(
-                ms[m] / ms["handwritten"] for m in ("package", "svi", "svi-noval", "package-jit"))
+            row += " | **%.2f×** · %.2f× · %.2f× · %.2f× |" % tuple(
+                ms[m] / ms["handwritten"] for m in ("jit", "no-jit", "svi", "svi-noval"))
             if peak:
-                row += " %.0f / %.0f |" % (peak["handwritten"], peak["package"])
+                row += " %.0f / %.0f |" % (peak["handwritten"], peak["jit"])
             print(row, flush=True)
     print("# peak RSS of this process: %.0f MiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 

@@ -14,7 +14,7 @@ import torch
 
 import pyro
 from amortized_pyro import BayesianDecoderModel, make_guide
-from amortized_pyro.inference import make_elbo
+from amortized_pyro.svi import make_elbo
 
 warnings.filterwarnings("ignore")
 N = 10000

@@ -36,6 +36,8 @@ def test_table_has_a_row_per_configuration_seed_and_evaluated_epoch(tiny):
     assert keys == {(l, s, e) for l in ("A-VI k=8", "F-VI") for s in (0, 1) for e in (2, 4)}
     assert all(r["iteration"] == 2 * r["epoch"] for r in results.rows)  # 60 images / 30 per batch
     assert all(math.isnan(r["test_mse"]) == (r["label"] == "F-VI") for r in results.rows)
+    (baseline,) = results.baselines  # the mean training image's MSE, per dataset
+    assert baseline["dataset"] == "mnist-sample" and 0.03 < baseline["train_mse"] < 0.1
     labels = {(r["label"], r["split"]) for r in results.reconstructions}
     assert labels == {("original", "train"), ("original", "test"), ("A-VI k=8", "train"), ("A-VI k=8", "test"),
                       ("F-VI", "train")}
@@ -46,6 +48,7 @@ def test_table_round_trips_through_its_file(tiny, tmp_path):
     results.save(tmp_path / "again.jsonl")
     loaded = Results.load(tmp_path / "again.jsonl")
     assert len(loaded.rows) == len(results.rows) and loaded.reconstructions == results.reconstructions
+    assert loaded.baselines == results.baselines
     for a, b in zip(loaded.rows, results.rows):
         assert a.keys() == b.keys()
         assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)

@@ -13,7 +13,7 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro.guides import GUIDES, make_guide
-from amortized_pyro.inference import make_elbo
+from amortized_pyro.svi import make_elbo
 from amortized_pyro.model import BayesianDecoderModel
 
 from oracle import LAYERS, draw, elbo, encoder_factor
@@ -119,9 +119,9 @@ def test_compiled_elbo_repeats_the_plain_elbo_draw_for_draw(guide_name, particle
     for size in (B, B, 4):
         idx = torch.randperm(N)[:size]
         results = []
-        for elbo in (compiled, plain):
+        for estimator in (compiled, plain):
             pyro.set_rng_seed(7)
-            loss = elbo.differentiable_loss(model, guide, x_all[idx], idx)
+            loss = estimator.differentiable_loss(model, guide, x_all[idx], idx)
             params = [pyro.get_param_store().get_param(name).unconstrained() for name in sorted(pyro.get_param_store().keys())]
             results.append((loss.item(), torch.autograd.grad(loss, params)))
         (loss_c, grads_c), (loss_p, grads_p) = results

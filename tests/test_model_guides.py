@@ -7,7 +7,7 @@ from pyro import poutine
 
 from amortized_pyro import AmortizedPyroError, BayesianDecoderModel, make_guide
 from amortized_pyro.guides import GUIDES
-from amortized_pyro.inference import make_elbo
+from amortized_pyro.svi import make_elbo
 
 N, B, X_DIM, Z_DIM, HIDDEN = 50, 8, 20, 4, 7
 SHAPES = {"decoder.w1": (HIDDEN, Z_DIM), "decoder.b1": (HIDDEN,), "decoder.w2": (HIDDEN, HIDDEN),
