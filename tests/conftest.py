@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -27,3 +29,10 @@ def sample_data():
 @pytest.fixture(scope="session")
 def tiny_data(sample_data):
     return Data(sample_data.train[:120], sample_data.test[:30], sample_data.source)
+
+
+def same_records(a, b):
+    """Lists of dicts equal key for key, NaN equal to NaN (pytest.approx takes no nested structures)."""
+    def same(x, y):
+        return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+    return len(a) == len(b) and all(r.keys() == s.keys() and all(same(r[k], s[k]) for k in r) for r, s in zip(a, b))

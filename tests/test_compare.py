@@ -10,6 +10,8 @@ from amortized_pyro.cli import cli
 from amortized_pyro.experiments import Results, compare, configurations, format_summary
 from amortized_pyro.plots import plot_all
 
+from conftest import same_records
+
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
 COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
@@ -47,11 +49,8 @@ def test_table_round_trips_through_its_file(tiny, tmp_path):
     out, results = tiny
     results.save(tmp_path / "again.jsonl")
     loaded = Results.load(tmp_path / "again.jsonl")
-    assert len(loaded.rows) == len(results.rows) and loaded.reconstructions == results.reconstructions
-    assert loaded.baselines == results.baselines
-    for a, b in zip(loaded.rows, results.rows):
-        assert a.keys() == b.keys()
-        assert all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+    assert same_records(loaded.rows, results.rows)
+    assert loaded.reconstructions == results.reconstructions and loaded.baselines == results.baselines
     assert Results.load(out / "results.jsonl").rows[0]["label"] == results.rows[0]["label"]
 
 
