@@ -1,6 +1,5 @@
 """Command line: ``python -m amortized_pyro fit|compare|plot``, a thin layer over the Python API."""
 import functools
-import re
 import sys
 import time
 from pathlib import Path
@@ -8,6 +7,7 @@ from pathlib import Path
 import click
 
 from .errors import AmortizedPyroError
+from .experiments import slug
 from .guides import GUIDES
 from .inference import FitConfig, fit
 
@@ -81,7 +81,7 @@ def friendly_errors(command):
 
 
 def default_out(config):
-    dataset = re.sub(r"[^A-Za-z0-9_-]+", "_", Path(config.dataset).stem or config.dataset)
+    dataset = slug(Path(config.dataset).stem or config.dataset)
     width = "-w%d" % config.width if config.guide == "amortized" else ""
     return Path("runs") / ("%s%s-%s-seed%d-%s" % (config.guide, width, dataset, config.seed,
                                                  time.strftime("%Y%m%d-%H%M%S")))

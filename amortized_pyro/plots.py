@@ -145,21 +145,25 @@ def reconstruction_figure(results, dataset, path):
 def seeds_figure(results, path):
     datasets = sorted({r["dataset"] for r in results.rows})
     names = sorted({r["label"] for r in results.rows}, key=_order)
-    fig, axes = plt.subplots(len(datasets), len(names), figsize=(3.2 * len(names), 3 * len(datasets)),
-                             squeeze=False, sharey="row")
-    for row, dataset in enumerate(datasets):
+    panels = [(dataset, name) for dataset in datasets for name in names]
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    for ax, (dataset, name) in zip(axes.flat, panels):
         curves = _curves(results, dataset, "elbo_per_obs")
-        for col, name in enumerate(names):
-            ax = axes[row][col]
-            if name in curves:
-                epochs, values = curves[name]
-                for seed_values in values:
-                    ax.plot(epochs, -seed_values, lw=1)
-            ax.set_yscale("log")
-            ax.set_title("%s: %s" % (dataset, name), fontsize=8)
-            ax.set_xlabel("epoch", fontsize=8)
-            ax.grid(alpha=0.3)
-        axes[row][0].set_ylabel("−ELBO per observation (nats)", fontsize=8)
+        if name in curves:
+            epochs, values = curves[name]
+            seeds = sorted({s for (ds, n, s) in results.runs() if (ds, n) == (dataset, name)})
+            for seed, seed_values in zip(seeds, values):
+                ax.plot(epochs, -seed_values, lw=1, label="seed %d" % seed)
+            ax.legend(fontsize=7)
+        ax.set_yscale("log")
+        ax.set_title("%s: %s" % (dataset, name), fontsize=8)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.set_ylabel("−ELBO per observation (nats)", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     fig.suptitle(_title(results, datasets[0], "−ELBO of every seed"), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
