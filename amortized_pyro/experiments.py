@@ -149,7 +149,7 @@ class Results:
             gap = reference["elbo_per_obs"][0] - row["elbo_per_obs"][0] if reference else math.nan
             row["gap_to_fvi"] = gap
             row["gap_to_fvi_percent"] = 100 * gap / abs(reference["elbo_per_obs"][0]) if reference else math.nan
-        return sorted(table, key=lambda r: (r["dataset"], _order(r["label"])))
+        return sorted(table, key=lambda r: (r["dataset"], display_order(r["label"])))
 
 
 def _round(images):
@@ -163,7 +163,7 @@ def _mean_sd(values):
     return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def _order(name):
+def display_order(name):
     """A-VI by width, then F-VI, then constant-VI."""
     if name.startswith("A-VI"):
         return (0, int(name.split("=")[1]))

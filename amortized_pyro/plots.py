@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .experiments import MSE_THRESHOLD, _order, iterations_to, ms_per_epoch, slug  # noqa: E402
+from .experiments import MSE_THRESHOLD, display_order, iterations_to, ms_per_epoch, slug  # noqa: E402
 
 
 def _curves(results, dataset, key):
@@ -28,7 +28,7 @@ def _curves(results, dataset, key):
         if ds == dataset:
             per_label.setdefault(name, []).append(rows)
     curves = {}
-    for name in sorted(per_label, key=_order):
+    for name in sorted(per_label, key=display_order):
         length = min(len(rows) for rows in per_label[name])
         values = np.array([[r[key] for r in rows[:length]] for rows in per_label[name]], dtype=float)
         if not np.isnan(values).all():
@@ -85,7 +85,7 @@ def speed_figure(results, path, threshold=MSE_THRESHOLD):
         for (ds, name, seed), rows in results.runs().items():
             if ds == dataset:
                 runs.setdefault(name, []).append(rows)
-        names = sorted(runs, key=_order)
+        names = sorted(runs, key=display_order)
         reached = [[i for i in (iterations_to(r, threshold) for r in runs[n]) if i is not None] for n in names]
         ax = axes[0][col]
         ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
@@ -114,7 +114,7 @@ def reconstruction_figure(results, dataset, path):
     recs = [r for r in results.reconstructions if r["dataset"] == dataset]
     if not recs:
         return False
-    names = ["original"] + sorted({r["label"] for r in recs if r["label"] != "original"}, key=_order)
+    names = ["original"] + sorted({r["label"] for r in recs if r["label"] != "original"}, key=display_order)
     images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
     n = max(len(v) for v in images.values())
     side = int(round(np.sqrt(next(iter(images.values())).shape[1])))
@@ -144,7 +144,7 @@ def reconstruction_figure(results, dataset, path):
 
 def seeds_figure(results, path):
     datasets = sorted({r["dataset"] for r in results.rows})
-    names = sorted({r["label"] for r in results.rows}, key=_order)
+    names = sorted({r["label"] for r in results.rows}, key=display_order)
     panels = [(dataset, name) for dataset in datasets for name in names]
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)

@@ -9,6 +9,7 @@ import warnings
 
 import torch
 
+import pyro
 from pyro import poutine
 from pyro.infer import SVI, JitTrace_ELBO, Trace_ELBO
 from pyro.optim import PyroOptim
@@ -83,7 +84,9 @@ class SingleOptim(PyroOptim):
         self.known = set()
 
     def __call__(self, params, *args, **kwargs):
-        new = [p for p in params if p not in self.known]
+        store = pyro.get_param_store()
+        # in param-store name order, so that the optimizer's state_dict is the same in every process
+        new = sorted((p for p in params if p not in self.known), key=store.param_name)
         if new:
             self.known.update(new)
             if self.optimizer is None:
