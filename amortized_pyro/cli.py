@@ -1,64 +1,94 @@
-"""Command line: ``python -m amortized_pyro fit|compare|plot``, a thin layer over the Python API."""
+"""Command line: ``python -m amortized_pyro fit|compare|plot``, a thin layer over the Python API.
+
+The training options are generated from :class:`~amortized_pyro.config.FitConfig`'s fields (their help,
+range and choices); ``--config FILE`` reads a TOML preset into click's ``default_map``, so that options
+given on the command line override it.
+"""
 import functools
+import math
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import click
 
+from .config import FitConfig, option_name, read_preset
 from .errors import AmortizedPyroError
-from .experiments import slug
+from .results import slug
 from .guides import GUIDES
-from .inference import FitConfig, fit
-
-DEFAULTS = FitConfig()
-DATASET_HELP = ("mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX files, "
-                "or a .npy/.npz file of images.")
+from .train import fit
 
 
-def training_options(command):
-    """The options every training command shares, one per FitConfig field (guide, width, seed and
-    dataset excepted: ``compare`` takes lists of those)."""
-    options = [
-        click.option("--data-dir", default=DEFAULTS.data_dir, show_default=True, type=click.Path(file_okay=False),
-                     help="Where torchvision finds or downloads MNIST/FashionMNIST."),
-        click.option("--download/--no-download", default=DEFAULTS.download, show_default=True,
-                     help="Try to download MNIST/FashionMNIST when it is not in --data-dir."),
-        click.option("--n-obs", default=DEFAULTS.n_obs, show_default=True, type=click.IntRange(min=1),
-                     help="Training images N (a deterministic subset chosen by --seed)."),
-        click.option("--n-test", default=DEFAULTS.n_test, show_default=True, type=click.IntRange(min=0),
-                     help="Held-out test images for the test MSE."),
-        click.option("--epochs", default=DEFAULTS.epochs, show_default=True, type=click.IntRange(min=1),
-                     help="Passes over the N training images."),
-        click.option("--batch-size", default=DEFAULTS.batch_size, show_default=True, type=click.IntRange(min=1),
-                     help="Minibatch size B; local ELBO terms are scaled by N/B."),
-        click.option("--lr", default=DEFAULTS.lr, show_default=True, type=click.FloatRange(min=0, min_open=True),
-                     help="Adam learning rate."),
-        click.option("--weight-decay", default=DEFAULTS.weight_decay, show_default=True,
-                     type=click.FloatRange(min=0),
-                     help="AdamW's decoupled weight decay on the variational parameters (0 = plain Adam)."),
-        click.option("--particles", default=DEFAULTS.particles, show_default=True, type=click.IntRange(min=1),
-                     help="Vectorized samples per ELBO estimate."),
-        click.option("--z-dim", default=DEFAULTS.z_dim, show_default=True, type=click.IntRange(min=1),
-                     help="Latent dimension."),
-        click.option("--hidden", default=DEFAULTS.hidden, show_default=True, type=click.IntRange(min=1),
-                     help="Decoder hidden width H."),
-        click.option("--prior-scale", default=DEFAULTS.prior_scale, show_default=True,
-                     type=click.FloatRange(min=0, min_open=True), help="Prior std of every decoder weight."),
-        click.option("--obs-scale", default=DEFAULTS.obs_scale, show_default=True,
-                     type=click.FloatRange(min=0, min_open=True), help="Likelihood std of every pixel."),
-        click.option("--init-scale", default=DEFAULTS.init_scale, show_default=True,
-                     type=click.FloatRange(min=0, min_open=True), help="Initial std of q(θ) (e^-2)."),
-        click.option("--device", default=DEFAULTS.device, show_default=True,
-                     help="auto (CUDA when available), cpu, cuda or cuda:N."),
-        click.option("--eval-every", default=DEFAULTS.eval_every, show_default=True, type=click.IntRange(min=1),
-                     help="Evaluate train/test reconstruction MSE every this many epochs (and at the end)."),
-        click.option("--jit/--no-jit", default=DEFAULTS.jit, show_default=True,
-                     help="Compile the ELBO with torch.jit (JitTrace_ELBO, the same estimator with less Python per step); "
-                          "falls back to the plain one, saying so, where it does not compile."),
-        click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."),
-    ]
-    return functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange, refusing NaN and infinities (which pass its comparisons)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if not math.isfinite(value):
+            self.fail("%r is not a finite number" % value, param, ctx)
+        return value
+
+
+def field_option(f):
+    """The click option of one FitConfig field: its type, range or choices, default and help."""
+    m = f.metadata
+    if f.type is bool:
+        name = f.name.replace("_", "-")
+        return click.option("--%s/--no-%s" % (name, name), f.name, default=f.default, show_default=True,
+                            help=m["help"])
+    if m["choices"]:
+        kind = click.Choice(m["choices"])
+    elif f.type is int:
+        kind = click.IntRange(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
+    elif f.type is float:
+        kind = FiniteFloat(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
+    else:
+        kind = str
+    return click.option(option_name(f.name), f.name, type=kind, default=f.default, show_default=True,
+                        help=m["help"])
+
+
+def config_options(grid):
+    """Decorator adding an option per FitConfig field: every field (``grid=True``, for ``fit``) or all but
+    those that ``compare`` takes as lists."""
+    options = [field_option(f) for f in fields(FitConfig) if grid or not f.metadata["grid"]]
+    options.append(click.option("--progress/--no-progress", default=True, show_default=True,
+                                help="Show a progress bar."))
+    return lambda command: functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+
+
+def load_config_file(ctx, param, value):
+    """``--config FILE``: the preset's settings become the defaults of this command's options."""
+    if value is None:
+        return None
+    try:
+        settings, compare = read_preset(value)
+    except AmortizedPyroError as e:
+        raise click.BadParameter(str(e)) from None
+    names = {p.name for p in ctx.command.params}
+    if ctx.command.name == "compare":
+        grid = [k for k in settings if k in ("guide", "width", "seed")]
+        if grid:
+            raise click.BadParameter("%s: set %s in its [compare] table (as guides, widths, seeds) for compare"
+                                     % (value, ", ".join(grid)))
+        if "dataset" in settings:
+            compare.setdefault("datasets", settings.pop("dataset"))
+        for key in ("guides", "widths", "seeds"):
+            if isinstance(compare.get(key), list):
+                compare[key] = ",".join(str(v) for v in compare[key])
+        if isinstance(compare.get("datasets"), str):
+            compare["datasets"] = [compare["datasets"]]
+        settings.update(compare)
+    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in settings.items() if k in names}}
+    return value
+
+
+def config_file_option(command):
+    return click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
+                        expose_value=False, callback=load_config_file,
+                        help="A TOML preset (e.g. experiments/informative.toml); options given on the "
+                             "command line override it.")(command)
 
 
 def friendly_errors(command):
@@ -89,40 +119,37 @@ def default_out(config):
 
 def split_config(options):
     """FitConfig fields and the remaining CLI-only options."""
-    fields = set(FitConfig.__dataclass_fields__)
-    return ({k: v for k, v in options.items() if k in fields},
-            {k: v for k, v in options.items() if k not in fields})
+    names = {f.name for f in fields(FitConfig)}
+    return ({k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names})
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def stderr_log(line):
+    click.echo(line, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 def cli():
     """Amortized vs per-datapoint variational inference in a Bayesian deep generative model (Pyro)."""
 
 
 @cli.command("fit")
-@click.option("--guide", type=click.Choice(GUIDES), default=DEFAULTS.guide, show_default=True,
-              help="Family of q(z_n): amortized (encoder, A-VI), per-datapoint (F-VI) or shared (constant-VI).")
-@click.option("--width", default=DEFAULTS.width, show_default=True, type=click.IntRange(min=1),
-              help="Encoder width k of the amortized guide.")
-@click.option("--seed", default=DEFAULTS.seed, show_default=True, type=int,
-              help="Seeds data subsets, initialisation and sampling.")
-@click.option("--dataset", default=DEFAULTS.dataset, show_default=True, help=DATASET_HELP)
-@training_options
+@config_file_option
+@config_options(grid=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME).")
 @friendly_errors
 def fit_command(out, **options):
     """Train one guide with SVI and write config, per-epoch metrics, parameters and a summary to --out."""
-    fields, extra = split_config(options)
-    config = FitConfig(**fields)
+    settings, extra = split_config(options)
+    config = FitConfig(**settings).check()
     out = Path(out) if out else default_out(config)
-    result = fit(config, out=out, progress=extra["progress"], log=lambda line: click.echo(line, err=True))
+    result = fit(config, out=out, progress=extra["progress"], log=stderr_log)
     click.echo(result.summary())
 
 
 def int_list(ctx, param, value):
     try:
-        numbers = [int(v) for v in value.split(",") if v.strip()]
+        numbers = [int(v) for v in str(value).split(",") if v.strip()]
     except ValueError:
         raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
     if not numbers:
@@ -142,8 +169,8 @@ def name_list(ctx, param, value):
 
 def write_comparison(results, out, threshold):
     """results.jsonl, summary.md and every figure into ``out``; prints the summary table."""
-    from .experiments import format_summary
     from .plots import plot_all
+    from .results import format_summary
 
     results.save(out / "results.jsonl")
     table = format_summary(results.summary(threshold), threshold)
@@ -153,21 +180,26 @@ def write_comparison(results, out, threshold):
     click.echo("wrote %s, %s and %d figures into %s" % ("results.jsonl", "summary.md", len(paths), out))
 
 
+def mse_threshold_option(command):
+    return click.option("--mse-threshold", default=0.07, show_default=True, type=FiniteFloat(min=0, min_open=True),
+                        help="Train plug-in MSE that counts as 'reached' in the speed figure and table.")(command)
+
+
 @cli.command("compare")
+@config_file_option
 @click.option("--guides", default=",".join(GUIDES), show_default=True, callback=name_list,
               help="Comma-separated guides to compare.")
 @click.option("--widths", default="1,64,128,256", show_default=True, callback=int_list,
               help="Comma-separated encoder widths for the amortized guide.")
 @click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=int_list,
               help="Comma-separated seeds (initialisation and sampling; the data subset is fixed by --data-seed).")
-@click.option("--dataset", "datasets", multiple=True, default=[DEFAULTS.dataset], show_default=True,
-              help=DATASET_HELP + " Repeat for several datasets.")
+@click.option("--dataset", "datasets", multiple=True, default=[FitConfig.dataset], show_default=True,
+              help=FitConfig.__dataclass_fields__["dataset"].metadata["help"] + " Repeat for several datasets.")
 @click.option("--data-seed", default=0, show_default=True, type=int,
-              help="Seed of the training/test subsets, the same for every configuration.")
+              help="Seed of the training/test subsets (and binarization), the same for every configuration.")
 @click.option("--study", default="compare", show_default=True, help="Name of the study, shown in figure titles.")
-@click.option("--mse-threshold", default=0.07, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Train MSE that counts as 'reached' in the speed figure and table.")
-@training_options
+@mse_threshold_option
+@config_options(grid=False)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: runs/compare-TIME). Re-running with the same --out skips finished runs.")
 @friendly_errors
@@ -175,10 +207,10 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     from .experiments import compare
 
-    fields, extra = split_config(options)
+    settings, extra = split_config(options)
     out = Path(out) if out else Path("runs") / ("compare-" + time.strftime("%Y%m%d-%H%M%S"))
     results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
-                      progress=extra["progress"], log=lambda line: click.echo(line, err=True), **fields)
+                      progress=extra["progress"], log=stderr_log, **settings)
     write_comparison(results, out, mse_threshold)
 
 
@@ -186,13 +218,12 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
 @click.argument("results_file", metavar="RESULTS", type=click.Path(dir_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the figures (default: the folder holding RESULTS).")
-@click.option("--mse-threshold", default=0.07, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Train MSE that counts as 'reached' in the speed figure and table.")
+@mse_threshold_option
 @friendly_errors
 def plot_command(results_file, out, mse_threshold):
     """Redraw every figure (and summary.md) from a saved results.jsonl alone."""
-    from .experiments import Results, format_summary
     from .plots import plot_all
+    from .results import Results, format_summary
 
     results = Results.load(results_file)
     out = Path(out) if out else Path(results_file).parent
@@ -203,3 +234,4 @@ def plot_command(results_file, out, mse_threshold):
 
 def main():
     cli(prog_name="python -m amortized_pyro")
+

@@ -3,7 +3,8 @@ small real MNIST sample shipped with the package for offline use.
 
 Every source ends as flattened float32 images in [0, 1]: a training subset of ``n_obs`` and a held-out
 test subset of ``n_test``, both drawn deterministically from ``seed``. Where a source has one split only,
-the two subsets are disjoint slices of one permutation of it.
+the two subsets are disjoint slices of one permutation of it. Binarizing (for the Bernoulli likelihood)
+draws every pixel once, x_bin ~ Bernoulli(x), from a generator seeded with the same seed.
 """
 import gzip
 from dataclasses import dataclass
@@ -26,9 +27,19 @@ class Data:
     train: torch.Tensor
     test: torch.Tensor
     source: str
+    binarized: bool = False
 
     def to(self, device):
-        return Data(self.train.to(device), self.test.to(device), self.source)
+        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized)
+
+    def binarize(self, seed):
+        """Each pixel drawn once as Bernoulli(intensity), reproducibly from ``seed``."""
+        generator = torch.Generator().manual_seed(seed)
+        train, test = ((torch.rand(x.shape, generator=generator) < x.cpu()).to(x) for x in (self.train, self.test))
+        return Data(train, test, self.source + ", binarized", True)
+
+    def is_binary(self):
+        return all(((x == 0) | (x == 1)).all().item() for x in (self.train, self.test))
 
 
 def read_idx(path):
@@ -134,8 +145,10 @@ def pick_subsets(pool, test_pool, n_obs, n_test, seed, log):
     return pool[train_order], test_pool[test_order]
 
 
-def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0, download=True, log=print):
-    """Load ``dataset`` (mnist | fashion-mnist | mnist-sample | a folder of IDX files | a .npy/.npz file).
+def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0, download=True, log=print,
+              binarize=False):
+    """Load ``dataset`` (mnist | fashion-mnist | mnist-sample | a folder of IDX files | a .npy/.npz file),
+    binarized from ``seed`` where asked.
 
     MNIST that can be neither found in ``data_dir`` nor downloaded falls back, with one line through ``log``,
     to the shipped sample (the first 3,000 images of the real MNIST test set).
@@ -154,7 +167,7 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
                                          % (NAMED[dataset], data_dir, reason)) from None
             log("MNIST is not in %s and could not be downloaded (%s): using the shipped MNIST sample instead"
                 % (data_dir, reason))
-            return load_data("mnist-sample", data_dir, n_obs, n_test, seed, download, log)
+            return load_data("mnist-sample", data_dir, n_obs, n_test, seed, download, log, binarize)
     elif dataset == "mnist-sample":
         pool, test_pool = read_array_file(SAMPLE_PATH)
         source = "shipped MNIST sample (first %d images of the MNIST test set)" % len(pool)
@@ -171,4 +184,5 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
                                      "a folder of IDX files or a .npy/.npz file" % dataset)
         source = str(path)
     train, test = pick_subsets(pool, test_pool, n_obs, n_test, seed, log)
-    return Data(train, test, source)
+    data = Data(train, test, source)
+    return data.binarize(seed) if binarize else data

@@ -6,9 +6,12 @@
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
-Initialisation, as in the reference study: m_j = 0 and s_j = e^-2 for q(θ). The per-datapoint and
-shared factors start at the prior (μ = 0, σ = 1); the encoder starts with PyTorch's default Linear
-initialisation, so its σ starts near 1 too. Parameter names: ``decoder.w1.loc``, ``decoder.w1.scale``, …,
+Initialisation: m_j = 0 and s_j = ``init_scale`` (e^-2 in both studies' code) for q(θ). The per-datapoint
+and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the studies' code
+starts them (``qz_init="random"``: per-datapoint μ ~ N(0, 1), log σ ~ N(0, 1) − 1; shared μ, log σ ~
+N(0, 1)), drawn from a generator seeded with the run's seed. The encoder (``encoder_layers`` hidden layers
+of width k: 1 in the reference study's code, 2 in its authors' original) starts with PyTorch's default
+Linear initialisation, so its σ starts near 1. Parameter names: ``decoder.w1.loc``, ``decoder.w1.scale``, …,
 ``z.loc``/``z.log_scale`` (per-datapoint [N, z_dim], shared [z_dim]; σ = exp(log σ), exponentiated only
 for the rows in use) and ``encoder$$$…`` (amortized, via ``pyro.module``).
 """
@@ -22,9 +25,10 @@ import pyro
 import pyro.distributions as dist
 
 from .errors import AmortizedPyroError
-from .model import LEAKY_SLOPE, decoder_shapes
+from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 
 GUIDES = ("amortized", "per-datapoint", "shared")
+QZ_INITS = ("prior", "random")
 THETA_INIT_SCALE = math.exp(-2)
 
 
@@ -46,9 +50,10 @@ class DecoderPosterior:
             for name, shape in self.shapes.items()
         }
 
-    def __call__(self, device):
-        for name, (loc, scale) in self.params(device).items():
-            pyro.sample(name, dist.Normal(loc, scale).to_event(loc.dim()))
+    def __call__(self, device, kl_scale=None):
+        with kl_scaled(kl_scale):
+            for name, (loc, scale) in self.params(device).items():
+                pyro.sample(name, dist.Normal(loc, scale).to_event(loc.dim()))
 
     def mean(self, device):
         """E_q[θ], site → tensor, for the Bayes estimate of the decoder."""
@@ -56,12 +61,13 @@ class DecoderPosterior:
 
 
 class Encoder(nn.Module):
-    """x → width → width (LeakyReLU 0.2) → (loc, log-scale) heads, each of size z_dim."""
+    """x → width (→ width …, ``layers`` hidden layers, LeakyReLU 0.2) → (loc, log-scale) heads of size z_dim."""
 
-    def __init__(self, x_dim, z_dim, width):
+    def __init__(self, x_dim, z_dim, width, layers=2):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(x_dim, width), nn.LeakyReLU(LEAKY_SLOPE),
-                                  nn.Linear(width, width), nn.LeakyReLU(LEAKY_SLOPE))
+        sizes = [x_dim] + [width] * layers
+        self.body = nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
+                                    for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(LEAKY_SLOPE))])
         self.loc = nn.Linear(width, z_dim)
         self.log_scale = nn.Linear(width, z_dim)
 
@@ -75,8 +81,8 @@ class AmortizedFactor:
 
     can_infer_unseen = True
 
-    def __init__(self, x_dim, z_dim, width, device):
-        self.encoder = Encoder(x_dim, z_dim, width).to(device)
+    def __init__(self, x_dim, z_dim, width, device, layers=2):
+        self.encoder = Encoder(x_dim, z_dim, width, layers).to(device)
 
     def __call__(self, x, idx):
         return pyro.module("encoder", self.encoder, update_module_params=True)(x)
@@ -84,17 +90,33 @@ class AmortizedFactor:
 
 class FreeFactor:
     """Free parameters (μ, log σ): one row per training observation, picked out by idx (F-VI, ``rows=N``),
-    or one row for every observation (constant-VI, ``rows=None``). Only the rows in use are exponentiated."""
+    or one row for every observation (constant-VI, ``rows=None``). Only the rows in use are exponentiated.
+    ``init`` is "prior" (μ = 0, log σ = 0) or "random" (the studies' code, see the module docstring)."""
 
-    def __init__(self, rows, z_dim, device):
+    def __init__(self, rows, z_dim, device, init="prior", seed=0):
         self.shape = (z_dim,) if rows is None else (rows, z_dim)
         self.per_datapoint = rows is not None
         self.can_infer_unseen = not self.per_datapoint
         self.device = device
+        self.init = init
+        self.seed = seed
+
+    def initial_values(self):
+        """(μ, log σ) to start from; random draws come from their own generator, on the CPU, so that the
+        start is the same on every device and leaves the global random stream alone."""
+        if self.init == "prior":
+            return torch.zeros(self.shape), torch.zeros(self.shape)
+        generator = torch.Generator().manual_seed(self.seed)
+        loc = torch.randn(self.shape, generator=generator)
+        log_scale = torch.randn(self.shape, generator=generator) - (1.0 if self.per_datapoint else 0.0)
+        return loc, log_scale
 
     def __call__(self, x, idx):
-        loc = pyro.param("z.loc", lambda: torch.zeros(self.shape, device=self.device))
-        log_scale = pyro.param("z.log_scale", lambda: torch.zeros(self.shape, device=self.device))
+        if "z.loc" not in pyro.get_param_store():
+            loc, log_scale = self.initial_values()
+            pyro.param("z.loc", loc.to(self.device))
+            pyro.param("z.log_scale", log_scale.to(self.device))
+        loc, log_scale = pyro.param("z.loc"), pyro.param("z.log_scale")
         if self.per_datapoint:
             return loc[idx], log_scale[idx].exp()
         batch = (idx.shape[0],) + self.shape
@@ -111,35 +133,44 @@ class Guide:
         self.local = local_factor
         self.device = device
 
-    def __call__(self, x, idx):
-        self.theta(self.device)
+    def __call__(self, x, idx, kl_scale=None):
+        self.theta(self.device, kl_scale)
         with pyro.plate("data", self.n_obs, subsample=idx):
             loc, scale = self.local(x, idx)
-            pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+            with kl_scaled(kl_scale):
+                pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
     def decoder_mean(self):
         """E_q[θ] as site → tensor, in the shapes :func:`amortized_pyro.model.decode` takes."""
         return self.theta.mean(self.device)
 
-    def latent_mean(self, x, idx=None):
-        """E_q[z_n] for images x (with their training indices idx for per-datapoint), or None where the
-        family has no factor for them (per-datapoint on images it was not trained on)."""
+    def factor(self, x, idx=None):
+        """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where
+        the family has no factor for them (per-datapoint on images it was not trained on)."""
         if idx is None:
             if not self.local.can_infer_unseen:
                 return None
             idx = torch.arange(x.shape[0], device=x.device)
-        return self.local(x, idx)[0]
+        return self.local(x, idx)
+
+    def latent_mean(self, x, idx=None):
+        """E_q[z_n] for images x, or None (see :meth:`factor`)."""
+        factor = self.factor(x, idx)
+        return None if factor is None else factor[0]
 
 
-def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128,
-               init_scale=THETA_INIT_SCALE, device="cpu"):
-    """Build the guide ``name`` ∈ {amortized, per-datapoint, shared}; ``width`` is the encoder's (A-VI)."""
+def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
+               device="cpu", encoder_layers=2, qz_init="prior", seed=0):
+    """Build the guide ``name`` ∈ {amortized, per-datapoint, shared}; ``width`` and ``encoder_layers`` are
+    the encoder's (A-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI)."""
+    if qz_init not in QZ_INITS:
+        raise AmortizedPyroError("unknown q(z) initialisation %r: choose one of %s" % (qz_init, ", ".join(QZ_INITS)))
     if name == "amortized":
         if not isinstance(width, int) or width < 1:
             raise AmortizedPyroError("encoder width must be a whole number >= 1, got %r" % (width,))
-        local = AmortizedFactor(x_dim, z_dim, width, device)
+        local = AmortizedFactor(x_dim, z_dim, width, device, encoder_layers)
     elif name in ("per-datapoint", "shared"):
-        local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device)
+        local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device, qz_init, seed)
     else:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (name, ", ".join(GUIDES)))
     return Guide(name, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local, device)

@@ -2,12 +2,18 @@
 
     θ_j ~ Normal(0, prior_scale)                    every weight and bias of the decoder Ω
     z_n ~ Normal(0, I_{z_dim})                       n = 1..N
-    x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})
+    x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})    likelihood "normal" (pixels in [0, 1])
+    x_n ~ Bernoulli(sigmoid(Ω(z_n; θ)))              likelihood "bernoulli" (binary pixels)
 
 Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2). The local sites live in
 ``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
 minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once.
+
+KL warm-up: with a ``kl_scale`` β (a 0-dim tensor), the latent sites θ and z sit under
+``poutine.scale(β)`` in model and guide alike, so the objective becomes
+E_q[log p(x | z, θ)] − β [KL(q(θ) ‖ p(θ)) + Σ_n KL(q(z_n) ‖ p(z_n))], the ELBO at β = 1.
 """
+import contextlib
 import math
 
 import torch
@@ -15,6 +21,7 @@ import torch.nn.functional as F
 
 import pyro
 import pyro.distributions as dist
+from pyro import poutine
 
 LEAKY_SLOPE = 0.2
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -83,16 +90,37 @@ def without_data_dim(value, event_shape):
     return value.reshape(value.shape[: batch_dims - 1] + tuple(event_shape))
 
 
-class BayesianDecoderModel:
-    """The Pyro model ``model(x, idx)``: x is a minibatch [B, x_dim], idx its indices [B] among N."""
+LIKELIHOODS = ("normal", "bernoulli")
 
-    def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0):
+
+def kl_scaled(kl_scale):
+    """``poutine.scale(kl_scale)`` around the latent sites, or nothing where there is no warm-up."""
+    return contextlib.nullcontext() if kl_scale is None else poutine.scale(scale=kl_scale)
+
+
+class BayesianDecoderModel:
+    """The Pyro model ``model(x, idx, kl_scale=None)``: x is a minibatch [B, x_dim], idx its indices [B]
+    among N, kl_scale an optional warm-up weight β of the latent sites (see the module docstring)."""
+
+    def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
+                 likelihood="normal"):
         self.n_obs = n_obs
         self.x_dim = x_dim
         self.z_dim = z_dim
         self.shapes = decoder_shapes(z_dim, hidden, x_dim)
         self.prior_scale = prior_scale
         self.obs_scale = obs_scale
+        self.likelihood = likelihood
+
+    def observation(self, out):
+        """p(x | z, θ) given the decoder's output ``out`` = Ω(z; θ), one event per image."""
+        if self.likelihood == "bernoulli":
+            return dist.Bernoulli(logits=out).to_event(1)
+        return FixedScaleNormal(out, self.obs_scale).to_event(1)
+
+    def observation_mean(self, out):
+        """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""
+        return torch.sigmoid(out) if self.likelihood == "bernoulli" else out
 
     def sample_decoder(self, zero):
         """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`."""
@@ -102,9 +130,11 @@ class BayesianDecoderModel:
             theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
-    def __call__(self, x, idx):
+    def __call__(self, x, idx, kl_scale=None):
         zero = x.new_zeros(())
-        theta = self.sample_decoder(zero)
+        with kl_scaled(kl_scale):
+            theta = self.sample_decoder(zero)
         with pyro.plate("data", self.n_obs, subsample=idx):
-            z = pyro.sample("z", FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1))
-            pyro.sample("x", FixedScaleNormal(decode(z, theta), self.obs_scale).to_event(1), obs=x)
+            with kl_scaled(kl_scale):
+                z = pyro.sample("z", FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1))
+            pyro.sample("x", self.observation(decode(z, theta)), obs=x)

@@ -1,9 +1,10 @@
 """Figures of a comparison, drawn from its saved results alone (matplotlib, PNG).
 
-    fig1_neg_elbo       −ELBO per observation against epoch (log scale)
-    fig2_train_mse      reconstruction MSE on the training images against epoch, with the mean training
-                        image's MSE as a dashed line
-    fig3_test_mse       reconstruction MSE on held-out images against epoch (F-VI has none), likewise
+    fig1_neg_elbo       −ELBO per observation against epoch (log scale; symmetric-log where the ELBO
+                        turns positive, as it can with a sharp normal likelihood)
+    fig2_train_mse      plug-in (solid) and posterior-predictive (dotted) reconstruction MSE on the
+                        training images against epoch, with the mean training image's MSE as a dashed line
+    fig3_test_mse       the same on held-out images (F-VI has none)
     fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
@@ -18,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .experiments import MSE_THRESHOLD, display_order, iterations_to, ms_per_epoch, slug  # noqa: E402
+from .results import MSE_THRESHOLD, display_order, iterations_to, ms_per_epoch, slug  # noqa: E402
 
 
 def _curves(results, dataset, key):
@@ -52,24 +53,41 @@ def _colors(names):
     return colors
 
 
-def curve_figure(results, key, ylabel, what, path, log=False, negate=False, baseline=False):
+def set_log_scale(ax, values):
+    """Log scale, or symmetric-log where some values are not positive."""
+    finite = np.concatenate([np.ravel(v) for v in values]) if values else np.array([1.0])
+    finite = finite[np.isfinite(finite)]
+    if len(finite) and finite.min() <= 0:
+        ax.set_yscale("symlog", linthresh=max(1.0, float(np.abs(finite).min())))
+    else:
+        ax.set_yscale("log")
+
+
+def curve_figure(results, keys, ylabel, what, path, log=False, negate=False, baseline=None):
+    """One panel per dataset: the mean over seeds of each key in ``keys`` (solid, then dotted) against epoch,
+    with a min–max band; ``baseline`` names the mean-image key to draw as a dashed line."""
     datasets = sorted({r["dataset"] for r in results.rows})
     fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.5), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
-        curves = _curves(results, dataset, key)
-        colors = _colors(list(curves))
-        for name, (epochs, values) in curves.items():
-            values = -values if negate else values
-            ax.plot(epochs, np.nanmean(values, 0), color=colors[name], label=name, lw=1.5)
-            if len(values) > 1:
-                ax.fill_between(epochs, np.nanmin(values, 0), np.nanmax(values, 0), color=colors[name], alpha=0.2)
+        plotted = []
+        for key, style in zip(keys, ("-", ":")):
+            curves = _curves(results, dataset, key)
+            colors = _colors(list(curves))
+            for name, (epochs, values) in curves.items():
+                values = -values if negate else values
+                plotted.append(values)
+                tag = name if len(keys) == 1 else "%s (%s)" % (name, key.split("_")[1])
+                ax.plot(epochs, np.nanmean(values, 0), style, color=colors[name], label=tag, lw=1.5)
+                if len(values) > 1 and style == "-":
+                    ax.fill_between(epochs, np.nanmin(values, 0), np.nanmax(values, 0), color=colors[name],
+                                    alpha=0.2)
         reference = results.baseline(dataset) if baseline else None
-        if reference and reference[key] == reference[key]:
-            ax.axhline(reference[key], color="black", ls="--", lw=1, label="mean training image (ignores z)")
+        if reference and reference[baseline] == reference[baseline]:
+            ax.axhline(reference[baseline], color="black", ls="--", lw=1, label="mean training image (ignores z)")
         ax.set(xlabel="epoch", ylabel=ylabel, title=_title(results, dataset, what))
         ax.title.set_fontsize(9)
         if log:
-            ax.set_yscale("log")
+            set_log_scale(ax, plotted)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -92,8 +110,8 @@ def speed_figure(results, path, threshold=MSE_THRESHOLD):
         for i, (name, r) in enumerate(zip(names, reached)):
             ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
                         xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
-        ax.set(ylabel="iterations to train MSE < %g" % threshold,
-               title=_title(results, dataset, "Speed: iterations to train MSE < %g" % threshold))
+        ax.set(ylabel="iterations to train plug-in MSE < %g" % threshold,
+               title=_title(results, dataset, "Speed: iterations to train plug-in MSE < %g" % threshold))
         ax.title.set_fontsize(9)
         ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
         ax = axes[1][col]
@@ -134,7 +152,7 @@ def reconstruction_figure(results, dataset, path):
                     ax.set_title(name, fontsize=7)
                 if col == 0:
                     ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
-    fig.suptitle(_title(results, dataset, "Reconstructions Ω(E[z]; E[θ]); F-VI has no q(z) for test images"),
+    fig.suptitle(_title(results, dataset, "Plug-in reconstructions m(Ω(E[z]; E[θ])); F-VI has no q(z) for test images"),
                  fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -157,7 +175,7 @@ def seeds_figure(results, path):
             for seed, seed_values in zip(seeds, values):
                 ax.plot(epochs, -seed_values, lw=1, label="seed %d" % seed)
             ax.legend(fontsize=7)
-        ax.set_yscale("log")
+            set_log_scale(ax, [-values])
         ax.set_title("%s: %s" % (dataset, name), fontsize=8)
         ax.set_xlabel("epoch", fontsize=8)
         ax.set_ylabel("−ELBO per observation (nats)", fontsize=8)
@@ -175,9 +193,11 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "fig1_neg_elbo.png", out / "fig2_train_mse.png", out / "fig3_test_mse.png", out / "fig4_speed.png"]
-    curve_figure(results, "elbo_per_obs", "−ELBO per observation (nats)", "−ELBO", paths[0], log=True, negate=True)
-    curve_figure(results, "train_mse", "train reconstruction MSE", "Train MSE", paths[1], log=True, baseline=True)
-    curve_figure(results, "test_mse", "test reconstruction MSE", "Test MSE", paths[2], log=True, baseline=True)
+    curve_figure(results, ["elbo_per_obs"], "−ELBO per observation (nats)", "−ELBO", paths[0], log=True, negate=True)
+    for split, path in (("train", paths[1]), ("test", paths[2])):
+        curve_figure(results, ["%s_plugin_mse" % split, "%s_predictive_mse" % split],
+                     "%s reconstruction MSE" % split, "%s MSE: plug-in (solid), predictive (dotted)" % split.title(),
+                     path, log=True, baseline="%s_mse" % split)
     speed_figure(results, paths[3], threshold)
     for dataset in sorted({r["dataset"] for r in results.rows}):
         path = out / ("fig5_reconstructions_%s.png" % slug(dataset))

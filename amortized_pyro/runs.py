@@ -1,6 +1,7 @@
 """Run directories: what a run writes and reads back.
 
-    config.json     the FitConfig, the data actually used (source, n_obs, n_test, x_dim), the device, library versions
+    config.json     the FitConfig, the data actually used (source, n_obs, n_test, x_dim, binarized, the mean
+                    image's MSE), the device, library versions
     metrics.jsonl   one JSON object per epoch (written as training goes; missing values are null)
     params.pt       Pyro's param-store state (``get_state()``), saved with torch.save
     summary.json    the final record and timings, written last: its presence marks a finished run
@@ -46,7 +47,8 @@ class RunWriter:
     def finish(self, result):
         self._metrics.close()
         torch.save(result.param_state, self.out / "params.pt")
-        summary = {"final": _json_safe(result.final), "train_seconds": result.train_seconds,
+        summary = {"final": _json_safe(result.final), "mean_image_mse": result.mean_image_mse,
+                   "train_seconds": result.train_seconds,
                    "ms_per_epoch": 1000 * result.train_seconds / len(result.history)}
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -70,16 +70,25 @@ class DeviceSVI(SVI):
         return loss
 
 
+def decays(name, value):
+    """Whether AdamW's weight decay applies to the parameter ``name``: only q(z)'s matrices (the encoder's
+    weight matrices, the per-datapoint table), as in the reference study's code, which decays every tensor
+    of two or more dimensions and keeps q(θ) as one flat vector; never q(θ) and never a vector."""
+    return not name.startswith("decoder.") and value.dim() >= 2
+
+
 class SingleOptim(PyroOptim):
-    """A PyroOptim with one torch optimizer for all parameters (new ones join as a parameter group).
+    """A PyroOptim with one torch optimizer for all parameters (new ones join as parameter groups).
 
     ``pyro.optim.Adam`` keeps one optimizer per parameter tensor and steps them one by one; Adam's update
     is elementwise, so one optimizer over all tensors computes the same update with torch's multi-tensor
-    kernels and a single call.
+    kernels and a single call. With weight decay, the parameters that :func:`decays` picks form their own
+    group with it; the others have none.
     """
 
-    def __init__(self, optim_constructor, optim_args):
+    def __init__(self, optim_constructor, optim_args, weight_decay=0.0):
         super().__init__(optim_constructor, optim_args)
+        self.weight_decay = weight_decay
         self.optimizer = None
         self.known = set()
 
@@ -89,23 +98,22 @@ class SingleOptim(PyroOptim):
         new = sorted((p for p in params if p not in self.known), key=store.param_name)
         if new:
             self.known.update(new)
-            if self.optimizer is None:
-                self.optimizer = self.pt_optim_constructor(new, **self.pt_optim_args)
-            else:
-                self.optimizer.add_param_group({"params": new})
+            decayed = [p for p in new if decays(store.param_name(p), p)] if self.weight_decay > 0 else []
+            groups = [{"params": decayed, "weight_decay": self.weight_decay},
+                      {"params": [p for p in new if not any(p is q for q in decayed)], "weight_decay": 0.0}]
+            for group in (g for g in groups if g["params"]):
+                if self.optimizer is None:
+                    self.optimizer = self.pt_optim_constructor([group], **self.pt_optim_args)
+                else:
+                    self.optimizer.add_param_group(group)
         self.optimizer.step()
 
 
-def optimizer_args(lr=1e-3, weight_decay=0.0):
-    """(torch optimizer, its arguments): Adam, or AdamW where weight_decay > 0; multi-tensor (foreach)."""
-    if weight_decay > 0:
-        return torch.optim.AdamW, {"lr": lr, "weight_decay": weight_decay, "foreach": True}
-    return torch.optim.Adam, {"lr": lr, "foreach": True}
-
-
-def make_optimizer(lr=1e-3, weight_decay=0.0):
-    """Adam (AdamW with decoupled weight decay where weight_decay > 0) as one Pyro optimizer."""
-    return SingleOptim(*optimizer_args(lr, weight_decay))
+def make_optimizer(lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999)):
+    """Adam, or AdamW with decoupled weight decay on q(z)'s matrices (:func:`decays`) where
+    weight_decay > 0, as one multi-tensor (foreach) Pyro optimizer."""
+    optimizer = torch.optim.AdamW if weight_decay > 0 else torch.optim.Adam
+    return SingleOptim(optimizer, {"lr": lr, "betas": tuple(betas), "foreach": True}, weight_decay)
 
 
 def make_elbo(particles=1, jit=False):
@@ -115,13 +123,13 @@ def make_elbo(particles=1, jit=False):
     return elbo(num_particles=particles, vectorize_particles=particles > 1, max_plate_nesting=1, **options)
 
 
-def training_elbo(model, guide, x, idx, particles, jit, log):
+def training_elbo(model, guide, args, particles, jit, log):
     """The estimator to train with: the torch.jit-compiled one where it compiles for this model and
-    guide (tried once, on one minibatch), else the plain one, saying so in one line."""
+    guide (tried once, on the arguments ``args`` of one step), else the plain one, saying so in one line."""
     if jit:
         elbo = make_elbo(particles, jit=True)
         try:
-            elbo.differentiable_loss(model, guide, x, idx)
+            elbo.differentiable_loss(model, guide, *args)
             return elbo
         except Exception as e:  # noqa: BLE001 -- any failure to trace means: run uncompiled
             log("torch.jit could not compile the ELBO (%s); training without --jit" % str(e).strip().splitlines()[0])

@@ -32,7 +32,7 @@ from oracle import draw, elbo, encoder_factor  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
 from amortized_pyro.guides import Encoder, make_guide  # noqa: E402
-from amortized_pyro.svi import DeviceSVI, make_elbo, make_optimizer, optimizer_args  # noqa: E402
+from amortized_pyro.svi import DeviceSVI, make_elbo, make_optimizer  # noqa: E402
 from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
 
 CONFIGS = {  # N, B, z_dim, H, encoder width
@@ -62,8 +62,7 @@ class HandwrittenStep:
             self.q_z = (leaf(torch.zeros(shape)), leaf(torch.zeros(shape)))
             params += list(self.q_z)
         self.n_obs = n_obs
-        constructor, options = optimizer_args(lr)  # the torch optimizer the package uses
-        self.optim = constructor(params, **options)
+        self.optim = torch.optim.Adam(params, lr=lr, foreach=True)  # the torch optimizer the package uses
 
     def __call__(self, x, idx):
         q_theta = {l: (m, log_s.exp()) for l, (m, log_s) in self.q_theta.items()}

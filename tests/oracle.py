@@ -1,8 +1,9 @@
 """The handwritten ELBO: the test oracle, written from the formulas in plain torch.
 
-    ELBO = log p(θ) − log q(θ) + (N / B) Σ_{n ∈ batch} [log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)]
+    ELBO = β [log p(θ) − log q(θ)] + (N / B) Σ_{n ∈ batch} [log p(x_n | z_n, θ) + β (log p(z_n) − log q(z_n))]
 
-with p(θ) = N(0, prior_scale²), p(z) = N(0, I), p(x | z, θ) = N(Ω(z; θ), obs_scale² I), q Gaussian.
+with p(θ) = N(0, prior_scale²), p(z) = N(0, I), p(x | z, θ) = N(Ω(z; θ), obs_scale² I) or
+Bernoulli(sigmoid(Ω(z; θ))), q Gaussian, and β the KL warm-up's scale (1: the ELBO itself).
 It never calls the package's model, decoder or guides. The benchmark's handwritten step uses it too.
 """
 import math
@@ -39,13 +40,21 @@ def encoder_factor(x, e):
     return h @ e["loc.weight"].T + e["loc.bias"], torch.exp(h @ e["log_scale.weight"].T + e["log_scale.bias"])
 
 
-def elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0):
-    """The ELBO at one draw (θ, z) of q, for a minibatch x whose local terms are scaled by ``scale`` = N/B."""
+def log_bernoulli(x, logits):
+    """log Bernoulli(x | sigmoid(logits)) elementwise, written as x log p + (1 − x) log(1 − p)."""
+    p = torch.sigmoid(logits)
+    return x * torch.log(p) + (1 - x) * torch.log1p(-p)
+
+
+def elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0, likelihood="normal", kl_scale=1.0):
+    """The ELBO at one draw (θ, z) of q, for a minibatch x whose local terms are scaled by ``scale`` = N/B;
+    with ``kl_scale`` β < 1, the warm-up objective."""
     log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in LAYERS)
     log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in LAYERS)
-    mean = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
-    local = log_normal(x, mean, obs_scale).sum() + log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum()
-    return log_p_theta - log_q_theta + scale * local
+    out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    log_lik = log_bernoulli(x, out) if likelihood == "bernoulli" else log_normal(x, out, obs_scale)
+    local = log_lik.sum() + kl_scale * (log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum())
+    return kl_scale * (log_p_theta - log_q_theta) + scale * local
 
 
 def draw(q_theta, q_z):

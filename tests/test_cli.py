@@ -30,13 +30,14 @@ def test_help_explains_every_option():
 def test_fit_writes_all_outputs(tmp_path, guide):
     result = run("fit", "--guide", guide, "--width", "8", "--out", str(tmp_path), *FAST)
     assert result.exit_code == 0, result.output
-    assert "final ELBO" in result.output and "final MSE" in result.output
+    assert "final ELBO" in result.output and "train MSE       plug-in" in result.output
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["config"]["guide"] == guide and "sample" in config["data"]["source"]
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
-    assert set(metrics[-1]) == {"epoch", "elbo", "elbo_per_obs", "time", "train_mse", "test_mse"}
-    assert (metrics[-1]["test_mse"] is None) == (guide == "per-datapoint")
+    assert set(metrics[-1]) == {"epoch", "elbo", "elbo_per_obs", "time", "train_plugin_mse", "test_plugin_mse",
+                                "train_predictive_mse", "test_predictive_mse"}
+    assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
     state = torch.load(tmp_path / "params.pt", weights_only=False)
     assert "decoder.w3.loc" in state["params"]
 
@@ -58,7 +59,8 @@ def one_error_line(result, code=1):
 
 
 @pytest.mark.parametrize("args", [["--guide", "nope"], ["--width", "0"], ["--width", "-5"], ["--epochs", "0"],
-                                  ["--lr", "0"]])
+                                  ["--lr", "0"], ["--lr", "nan"], ["--obs-scale", "inf"], ["--likelihood", "poisson"],
+                                  ["--beta2", "1"], ["--config", "missing.toml"]])
 def test_usage_errors_exit_2(args):
     one_error_line(run("fit", *args), code=2)
 

@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from amortized_pyro import experiments
 from amortized_pyro.cli import cli
-from amortized_pyro.experiments import Results, compare, configurations, format_summary
+from amortized_pyro.experiments import compare, configurations
+from amortized_pyro.results import Results, format_summary
 from amortized_pyro.plots import plot_all
 
 from conftest import same_records
@@ -15,7 +16,7 @@ from conftest import same_records
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
 COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
-           "elbo_per_obs", "train_mse", "test_mse", "time"}
+           "elbo_per_obs", "train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse", "time"}
 
 
 def tiny_compare(out):
@@ -37,7 +38,8 @@ def test_table_has_a_row_per_configuration_seed_and_evaluated_epoch(tiny):
     keys = {(r["label"], r["seed"], r["epoch"]) for r in results.rows}
     assert keys == {(l, s, e) for l in ("A-VI k=8", "F-VI") for s in (0, 1) for e in (2, 4)}
     assert all(r["iteration"] == 2 * r["epoch"] for r in results.rows)  # 60 images / 30 per batch
-    assert all(math.isnan(r["test_mse"]) == (r["label"] == "F-VI") for r in results.rows)
+    for key in ("test_plugin_mse", "test_predictive_mse"):
+        assert all(math.isnan(r[key]) == (r["label"] == "F-VI") for r in results.rows)
     (baseline,) = results.baselines  # the mean training image's MSE, per dataset
     assert baseline["dataset"] == "mnist-sample" and 0.03 < baseline["train_mse"] < 0.1
     labels = {(r["label"], r["split"]) for r in results.reconstructions}

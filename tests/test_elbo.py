@@ -20,6 +20,10 @@ from oracle import LAYERS, draw, elbo, encoder_factor
 
 N, B, X_DIM, Z_DIM, HIDDEN, WIDTH = 30, 6, 12, 3, 5, 4
 PRIOR_SCALE, OBS_SCALE = 1.3, 0.7
+# (guide, likelihood, KL warm-up scale β or None): every guide with the normal likelihood, and the Bernoulli
+# likelihood and a warm-up step for one guide each
+CASES = [(g, "normal", None) for g in GUIDES] + [("amortized", "bernoulli", None), ("per-datapoint", "bernoulli", None),
+                                                 ("shared", "normal", 0.3), ("amortized", "bernoulli", 0.25)]
 
 
 def variational_params(guide_name, idx):
@@ -38,24 +42,33 @@ def oracle_q(guide_name, x, idx):
     return q_theta, (encoder_factor(x, encoder) if encoder is not None else q_z)
 
 
-def handwritten_elbo(x, q_theta, q_z, theta, z, scale=N / B):
-    return elbo(x, q_theta, q_z, theta, z, scale, PRIOR_SCALE, OBS_SCALE)
+def handwritten_elbo(case, x, q_theta, q_z, theta, z, scale=N / B):
+    _, likelihood, kl_scale = case
+    return elbo(x, q_theta, q_z, theta, z, scale, PRIOR_SCALE, OBS_SCALE, likelihood, kl_scale or 1.0)
 
 
-def handwritten_draw(q_theta, q_z, scale=N / B, x=None):
+def handwritten_draw(case, q_theta, q_z, scale=N / B, x=None):
     """The oracle's own reparameterized draw and its ELBO."""
-    return handwritten_elbo(x, q_theta, q_z, *draw(q_theta, q_z), scale)
+    return handwritten_elbo(case, x, q_theta, q_z, *draw(q_theta, q_z), scale)
+
+
+def step_args(case, x, idx):
+    """The model's and guide's arguments: (x, idx), and the warm-up scale where the case has one."""
+    return (x, idx) if case[2] is None else (x, idx, torch.tensor(case[2]))
 
 
 @pytest.fixture
 def setup(request):
     """Model, guide with every variational parameter moved off its initial value, and a minibatch."""
     torch.set_default_dtype(torch.float64)
-    guide_name = request.param
+    case = request.param
+    guide_name, likelihood, _ = case
     pyro.set_rng_seed(0)
-    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE)
+    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE, likelihood)
     guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH, device="cpu")
     x_all = torch.rand(N, X_DIM)
+    if likelihood == "bernoulli":
+        x_all = (x_all < 0.4).to(x_all)
     idx = torch.tensor([3, 17, 5, 29, 0, 11])
     x = x_all[idx]
     guide(x, idx)  # creates the parameters
@@ -63,42 +76,47 @@ def setup(request):
         for name in pyro.get_param_store().keys():
             unconstrained = pyro.get_param_store().get_param(name).unconstrained()
             unconstrained.add_(0.3 * torch.randn_like(unconstrained))
-    return guide_name, model, guide, x, idx
+    return case, model, guide, x, idx
 
 
-@pytest.mark.parametrize("setup", GUIDES, indirect=True)
+@pytest.mark.parametrize("setup", CASES, indirect=True, ids=str)
 def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
-    guide_name, model, guide, x, idx = setup
+    case, model, guide, x, idx = setup
+    args = step_args(case, x, idx)
     pyro.set_rng_seed(1)
-    guide_trace = poutine.trace(guide).get_trace(x, idx)
+    guide_trace = poutine.trace(guide).get_trace(*args)
     for site in guide_trace.nodes.values():  # a fixed draw: constants, so that torch.jit can trace the replay
         if site["type"] == "sample":
             site["value"] = site["value"].detach()
     replayed = poutine.replay(guide, trace=guide_trace)
     theta = {l: guide_trace.nodes["decoder." + l]["value"] for l in LAYERS}
     z = guide_trace.nodes["z"]["value"]
-    expected = handwritten_elbo(x, *oracle_q(guide_name, x, idx), theta, z)
+    expected = handwritten_elbo(case, x, *oracle_q(case[0], x, idx), theta, z)
 
-    pyro_elbo = -Trace_ELBO().loss(model, replayed, x, idx)
+    pyro_elbo = -Trace_ELBO().loss(model, replayed, *args)
     assert pyro_elbo == pytest.approx(expected.item(), rel=1e-6)
     # the training loop's sync-free estimators compute the same number on the same draw
     for jit in (False, True):
-        loss = make_elbo(particles=1, jit=jit).differentiable_loss(model, replayed, x, idx)
+        loss = make_elbo(particles=1, jit=jit).differentiable_loss(model, replayed, *args)
         assert -loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    if case[2] is not None:  # the warm-up scales the KL terms only: β = 1 gives a different number
+        unscaled = handwritten_elbo((case[0], case[1], None), x, *oracle_q(case[0], x, idx), theta, z)
+        assert abs(unscaled.item() - expected.item()) > 1e-3 * abs(expected.item())
 
 
-@pytest.mark.parametrize("setup", GUIDES, indirect=True)
+@pytest.mark.parametrize("setup", CASES, indirect=True, ids=str)
 def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
     """Vectorized-particle ELBO estimates and the oracle's own draws agree in mean within 4 standard errors."""
-    guide_name, model, guide, x, idx = setup
-    q_theta, q_z = oracle_q(guide_name, x, idx)
+    case, model, guide, x, idx = setup
+    args = step_args(case, x, idx)
+    q_theta, q_z = oracle_q(case[0], x, idx)
     particles, calls = 10, 300
     elbo = make_elbo(particles=particles)
     pyro.set_rng_seed(2)
     with torch.no_grad():
-        pyro_draws = torch.stack([-elbo.differentiable_loss(model, guide, x, idx) for _ in range(calls)])
-        oracle_draws = torch.stack([handwritten_draw(q_theta, q_z, x=x) for _ in range(particles * calls)])
-        unscaled = torch.stack([handwritten_draw(q_theta, q_z, scale=1.0, x=x) for _ in range(particles * calls)])
+        pyro_draws = torch.stack([-elbo.differentiable_loss(model, guide, *args) for _ in range(calls)])
+        oracle_draws = torch.stack([handwritten_draw(case, q_theta, q_z, x=x) for _ in range(particles * calls)])
+        unscaled = torch.stack([handwritten_draw(case, q_theta, q_z, scale=1.0, x=x) for _ in range(particles * calls)])
     se = math.sqrt(pyro_draws.var().item() / calls + oracle_draws.var().item() / len(oracle_draws))
     assert abs(pyro_draws.mean().item() - oracle_draws.mean().item()) < 4 * se
     # the test has power: forgetting the N/B scaling of the local terms would be caught

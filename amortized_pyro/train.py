@@ -1,8 +1,10 @@
 """Training one configuration: devices, the SVI loop over epochs and minibatches, run results.
 
 The loop calls Pyro's SVI step (:mod:`amortized_pyro.svi`) on minibatches drawn on the device, reads the
-loss back once per epoch, evaluates the reconstruction MSE every ``eval_every`` epochs, and stops with a
-clear error when the ELBO stops being finite.
+loss back once per epoch, evaluates the reconstructions every ``eval_every`` epochs
+(:mod:`amortized_pyro.evaluation`), and stops with a clear error when the ELBO stops being finite.
+With a KL warm-up the loss of the first ``kl_warmup`` epochs is the warm-up objective, not the ELBO: it is
+recorded as ``objective`` with its ``kl_scale``, and ``elbo`` is missing there.
 """
 import math
 import time
@@ -13,55 +15,14 @@ from tqdm.auto import tqdm
 
 import pyro
 
+from .config import FitConfig
 from .data import load_data
 from .errors import AmortizedPyroError
-from .evaluation import evaluate
-from .guides import GUIDES, THETA_INIT_SCALE, make_guide
+from .evaluation import MSE_KEYS, evaluate, mean_image_mse
+from .guides import make_guide
 from .model import BayesianDecoderModel
 from .runs import RunWriter, read_run
 from .svi import DeviceSVI, make_optimizer, training_elbo
-
-
-@dataclass
-class FitConfig:
-    """Everything that defines a run; the CLI options map one to one onto these fields."""
-
-    guide: str = "amortized"
-    width: int = 128
-    dataset: str = "mnist"
-    data_dir: str = "data"
-    download: bool = True
-    n_obs: int = 10000
-    n_test: int = 1000
-    epochs: int = 5000
-    batch_size: int = 1000
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    particles: int = 1
-    z_dim: int = 64
-    hidden: int = 256
-    prior_scale: float = 1.0
-    obs_scale: float = 1.0
-    init_scale: float = THETA_INIT_SCALE
-    device: str = "auto"
-    seed: int = 0
-    eval_every: int = 1
-    jit: bool = True
-
-    def check(self):
-        if self.guide not in GUIDES:
-            raise AmortizedPyroError("unknown guide %r: choose one of %s" % (self.guide, ", ".join(GUIDES)))
-        positive = ("width", "n_obs", "epochs", "batch_size", "particles", "z_dim", "hidden", "eval_every")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise AmortizedPyroError("%s must be >= 1, got %r" % (name.replace("_", "-"), getattr(self, name)))
-        for name in ("lr", "prior_scale", "obs_scale", "init_scale"):
-            if not getattr(self, name) > 0:
-                raise AmortizedPyroError("%s must be > 0, got %r" % (name.replace("_", "-"), getattr(self, name)))
-        if self.weight_decay < 0 or self.n_test < 0:
-            raise AmortizedPyroError("weight-decay and n-test must be >= 0")
-        return self
-
 
 def resolve_device(spec):
     """``auto`` → CUDA when available, else CPU; ``cuda``/``cuda:N`` must exist."""
@@ -82,6 +43,15 @@ def resolve_device(spec):
     return device
 
 
+def build(config, n_obs, x_dim, device):
+    """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels."""
+    model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
+                                 config.likelihood)
+    guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
+                       device, config.encoder_layers, config.qz_init, config.seed)
+    return model, guide
+
+
 @dataclass
 class FitResult:
     """A trained run: its config, per-epoch history, model, guide and Pyro param-store state."""
@@ -94,13 +64,14 @@ class FitResult:
     data_source: str
     device: str
     train_seconds: float
+    mean_image_mse: dict
     out: object = None
 
     @property
     def final(self):
         """The last epoch's record, with the last evaluated MSEs."""
         last = dict(self.history[-1])
-        for key in ("train_mse", "test_mse"):
+        for key in MSE_KEYS:
             last[key] = next((r[key] for r in reversed(self.history) if key in r), math.nan)
         return last
 
@@ -110,10 +81,13 @@ class FitResult:
         lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
                  % (c.guide, width, self.data_source, final["epoch"], self.device, self.train_seconds,
                     1000 * self.train_seconds / final["epoch"]),
-                 "final ELBO  %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"]),
-                 "final MSE   train %s, test %s" % tuple(_fmt(final[k]) for k in ("train_mse", "test_mse"))]
+                 "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])]
+        for split in ("train", "test"):
+            lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
+                split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
+                _fmt(self.mean_image_mse["%s_mse" % split])))
         if self.out:
-            lines.append("results in  %s" % self.out)
+            lines.append("results in      %s" % self.out)
         return "\n".join(lines)
 
 
@@ -126,6 +100,25 @@ def diverged(epoch, reason, writer):
     return AmortizedPyroError("training diverged at epoch %d (%s)%s" % (epoch, reason, where))
 
 
+def prepare_data(config, data, log):
+    """The run's data: loaded (or given), binarized where asked, checked against the likelihood."""
+    if data is None:
+        data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
+                         config.download, log, binarize=config.binarize)
+    elif config.binarize and not data.binarized:
+        data = data.binarize(config.seed)
+    if config.likelihood == "bernoulli" and not data.is_binary():
+        raise AmortizedPyroError("the Bernoulli likelihood needs binary images: add --binarize")
+    return data
+
+
+def kl_schedule(config, epoch, device):
+    """The warm-up's KL scale for ``epoch`` as a device tensor (None without warm-up)."""
+    if not config.kl_warmup:
+        return None
+    return torch.tensor(min(1.0, epoch / config.kl_warmup), device=device)
+
+
 def fit(config=None, data=None, out=None, progress=True, log=print, **overrides):
     """Train one configuration and return a :class:`FitResult`.
 
@@ -135,46 +128,55 @@ def fit(config=None, data=None, out=None, progress=True, log=print, **overrides)
     """
     config = replace(config or FitConfig(), **overrides).check()
     device = resolve_device(config.device)
-    if data is None:
-        data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
-                         config.download, log)
-    data = data.to(device)
-    n_obs = data.train.shape[0]
+    data = prepare_data(config, data, log).to(device)
+    n_obs, x_dim = data.train.shape
+    batch_size = min(config.batch_size, n_obs)
+    if config.batch_size > n_obs:
+        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, n_obs))
     pyro.clear_param_store()
     pyro.set_rng_seed(config.seed)
-    model = BayesianDecoderModel(n_obs, data.train.shape[1], config.z_dim, config.hidden,
-                                 config.prior_scale, config.obs_scale)
-    guide = make_guide(config.guide, n_obs, data.train.shape[1], config.z_dim, config.hidden, config.width,
-                       config.init_scale, device)
-    first = torch.arange(min(config.batch_size, n_obs), device=device)
-    elbo = training_elbo(model, guide, data.train[first], first, config.particles, config.jit, log)
-    svi = DeviceSVI(model, guide, make_optimizer(config.lr, config.weight_decay), elbo)
-    data_info = {"source": data.source, "n_obs": n_obs, "n_test": data.test.shape[0], "x_dim": data.train.shape[1]}
+    model, guide = build(config, n_obs, x_dim, device)
+    first = torch.arange(batch_size, device=device)
+    warmup = kl_schedule(config, 1, device)
+    first_step = (data.train[first], first) + (() if warmup is None else (warmup,))
+    elbo = training_elbo(model, guide, first_step, config.particles, config.jit, log)
+    optimizer = make_optimizer(config.lr, config.weight_decay, (config.beta1, config.beta2))
+    svi = DeviceSVI(model, guide, optimizer, elbo)
+    evaluation_rng = torch.Generator(device).manual_seed(config.seed)
+    baseline = mean_image_mse(data)
+    data_info = {"source": data.source, "n_obs": n_obs, "n_test": data.test.shape[0], "x_dim": x_dim,
+                 "binarized": data.binarized, "mean_image_mse": baseline}
     writer = RunWriter(out, asdict(config), data_info, str(device)) if out else None
 
     history, train_seconds = [], 0.0
     bar = tqdm(range(1, config.epochs + 1), desc=config.guide, unit="epoch", disable=not progress, leave=False)
     for epoch in bar:
         start = time.perf_counter()
+        kl_scale = kl_schedule(config, epoch, device)
+        extra = () if kl_scale is None else (kl_scale,)
         order = torch.randperm(n_obs, device=device)
         try:
             with pyro.validation_enabled(epoch == 1):  # check shapes and supports once, then run unchecked
-                loss = sum(svi.step(data.train[idx], idx) for idx in order.split(config.batch_size))
+                loss = sum(svi.step(data.train[idx], idx, *extra) for idx in order.split(batch_size))
         except ValueError as e:  # a distribution refused NaN/inf parameters: the run diverged
             raise diverged(epoch, str(e).splitlines()[0], writer) from None
-        loss = (loss / math.ceil(n_obs / config.batch_size)).item()  # the epoch's one host sync
+        loss = (loss / math.ceil(n_obs / batch_size)).item()  # the epoch's one host sync
         train_seconds += time.perf_counter() - start
         if not math.isfinite(loss):
             raise diverged(epoch, "the ELBO is %s" % loss, writer)
-        record = {"epoch": epoch, "elbo": -loss, "elbo_per_obs": -loss / n_obs, "time": train_seconds}
+        warming = kl_scale is not None and epoch < config.kl_warmup
+        record = {"epoch": epoch, "elbo": math.nan if warming else -loss,
+                  "elbo_per_obs": math.nan if warming else -loss / n_obs, "time": train_seconds}
+        if kl_scale is not None:
+            record.update(objective=-loss, kl_scale=min(1.0, epoch / config.kl_warmup))
         if epoch % config.eval_every == 0 or epoch == config.epochs:
-            record.update(evaluate(guide, data))
-            bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_mse"])
+            record.update(evaluate(model, guide, data, config.predictive_draws, evaluation_rng))
+            bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_plugin_mse"])
         history.append(record)
         if writer:
             writer.add(record)
     result = FitResult(config, history, model, guide, pyro.get_param_store().get_state(), data.source,
-                       str(device), train_seconds, out)
+                       str(device), train_seconds, baseline, out)
     if writer:
         writer.finish(result)
     return result
@@ -185,11 +187,9 @@ def load_run(path, device="cpu"):
     device = resolve_device(device)
     info, history, state = read_run(path, map_location=device)
     config = FitConfig(**info["config"])
-    n_obs, x_dim = info["data"]["n_obs"], info["data"]["x_dim"]
     pyro.clear_param_store()
     pyro.get_param_store().set_state(state)
-    model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale)
-    guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
-                       device)
+    model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device)
     train_seconds = history[-1]["time"] if history else 0.0
-    return FitResult(config, history, model, guide, state, info["data"]["source"], str(device), train_seconds, path)
+    return FitResult(config, history, model, guide, state, info["data"]["source"], str(device), train_seconds,
+                     info["data"]["mean_image_mse"], path)

@@ -1,0 +1,147 @@
+"""What defines a run: :class:`FitConfig`, its checks, and study presets in TOML.
+
+Every field carries its help text and its range or choices (``metadata``); the command line's options are
+generated from them (:mod:`amortized_pyro.cli`), and :meth:`FitConfig.check` applies the same rules to
+configurations made in Python. A preset is a TOML file whose top-level keys are FitConfig fields (dashes
+or underscores) and whose optional ``[compare]`` table holds a comparison's grid (``guides``, ``widths``,
+``seeds``, ``datasets``, ``data_seed``, ``study``, ``mse_threshold``)::
+
+    likelihood = "normal"
+    obs_scale = 0.1
+    epochs = 300
+    [compare]
+    widths = [1, 64, 128, 256]
+"""
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+
+from .errors import AmortizedPyroError
+from .guides import GUIDES, QZ_INITS, THETA_INIT_SCALE
+from .model import LIKELIHOODS
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
+
+
+def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False):
+    """A FitConfig field with what its command-line option needs: help, range (low/high, open or closed)
+    or choices; ``grid`` marks the fields that ``compare`` takes as lists instead."""
+    return field(default=default, metadata=dict(help=help, low=low, open_low=open_low, high=high,
+                                                 open_high=open_high, choices=choices, grid=grid))
+
+
+@dataclass
+class FitConfig:
+    """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
+
+    guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), per-datapoint (F-VI) or "
+                         "shared (constant-VI).", choices=GUIDES, grid=True)
+    width: int = option(128, "Encoder width k of the amortized guide.", low=1, grid=True)
+    encoder_layers: int = option(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
+                                 "authors' original).", low=1)
+    seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", grid=True)
+    dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
+                          "files, or a .npy/.npz file of images.", grid=True)
+    data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.")
+    download: bool = option(True, "Try to download MNIST/FashionMNIST when it is not in --data-dir.")
+    n_obs: int = option(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
+    n_test: int = option(1000, "Held-out test images.", low=0)
+    binarize: bool = option(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "
+                            "the seed (for the Bernoulli likelihood).")
+    likelihood: str = option("normal", "p(x | z, θ): normal, N(Ω(z; θ), obs-scale² I), or bernoulli, "
+                             "Bernoulli(sigmoid(Ω(z; θ))) on binary images.", choices=LIKELIHOODS)
+    obs_scale: float = option(1.0, "Likelihood std of every pixel (normal likelihood); the studies' code "
+                              "uses 1/sqrt(2).", low=0, open_low=True)
+    prior_scale: float = option(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
+                                low=0, open_low=True)
+    z_dim: int = option(64, "Latent dimension.", low=1)
+    hidden: int = option(256, "Decoder hidden width H.", low=1)
+    init_scale: float = option(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
+                               low=0, open_low=True)
+    qz_init: str = option("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
+                          "(the studies' code: μ ~ N(0,1), log σ ~ N(0,1) − 1 per datapoint; μ, log σ ~ "
+                          "N(0,1) shared).", choices=QZ_INITS)
+    epochs: int = option(5000, "Passes over the N training images.", low=1)
+    batch_size: int = option(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
+                             "the full batch.", low=1)
+    lr: float = option(1e-3, "Adam learning rate.", low=0, open_low=True)
+    beta1: float = option(0.9, "Adam's first-moment decay β1.", low=0, high=1, open_high=True)
+    beta2: float = option(0.999, "Adam's second-moment decay β2 (0.99 in the reference study's code).",
+                          low=0, high=1, open_high=True)
+    weight_decay: float = option(0.0, "AdamW's decoupled weight decay, applied to q(z)'s matrices only (the "
+                                 "encoder's weight matrices, the per-datapoint table), never to q(θ); 0 = Adam.",
+                                 low=0)
+    particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
+    kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
+                            "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
+                            low=0)
+    device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.")
+    eval_every: int = option(1, "Evaluate the reconstruction MSEs every this many epochs (and at the end).", low=1)
+    predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
+                                   "plug-in MSE only.", low=0)
+    jit: bool = option(True, "Compile the ELBO with torch.jit (JitTrace_ELBO, the same estimator with less "
+                       "Python per step); falls back to the plain one, saying so, where it does not compile.")
+
+    def check(self):
+        """Every field within its range or choices (the command line's own rules); returns self."""
+        for f in fields(self):
+            error = field_error(f, getattr(self, f.name))
+            if error:
+                raise AmortizedPyroError(error)
+        return self
+
+    @classmethod
+    def from_toml(cls, path, **overrides):
+        """A FitConfig from a preset file's top-level keys, then ``overrides``."""
+        settings, _ = read_preset(path)
+        return replace(cls(**settings), **overrides).check()
+
+
+def option_name(name):
+    return "--" + name.replace("_", "-")
+
+
+def field_error(f, value):
+    """What is wrong with ``value`` for field ``f`` (a line naming the option), or None."""
+    m, name = f.metadata, option_name(f.name)
+    expected = f.type
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        return "%s expects a %s, got %r" % (name, expected.__name__, value)
+    if m["choices"] and value not in m["choices"]:
+        return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
+    if expected is float and not math.isfinite(value):
+        return "%s must be a finite number, got %r" % (name, value)
+    if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
+        return "%s must be %s %g, got %r" % (name, ">" if m["open_low"] else ">=", m["low"], value)
+    if m["high"] is not None and (value > m["high"] or (m["open_high"] and value == m["high"])):
+        return "%s must be %s %g, got %r" % (name, "<" if m["open_high"] else "<=", m["high"], value)
+    return None
+
+
+def defaults():
+    return {f.name: f.default for f in fields(FitConfig) if f.default is not MISSING}
+
+
+def read_preset(path):
+    """(FitConfig fields, compare settings) from a TOML preset; unknown keys are errors."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise AmortizedPyroError("no config file at %s" % path) from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise AmortizedPyroError("cannot read config file %s: %s" % (path, e)) from None
+    compare = {k.replace("-", "_"): v for k, v in raw.pop("compare", {}).items()}
+    settings = {k.replace("-", "_"): v for k, v in raw.items()}
+    known = set(defaults())
+    unknown = [k for k in settings if k not in known] + [k for k in compare if k not in COMPARE_KEYS]
+    if unknown:
+        raise AmortizedPyroError("%s: unknown setting(s) %s" % (path, ", ".join(sorted(unknown))))
+    return settings, compare
