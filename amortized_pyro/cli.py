@@ -6,18 +6,22 @@ given on the command line override it.
 """
 import functools
 import math
+import os
+import secrets
+import signal
 import sys
 import time
 from dataclasses import fields
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from .config import FitConfig, option_name, read_preset
-from .errors import AmortizedPyroError
-from .results import slug
+from .errors import AmortizedPyroError, Interrupted
 from .guides import GUIDES
-from .train import fit
+from .results import slug
+from .train import fit, prepare_data, resume
 
 
 class FiniteFloat(click.FloatRange):
@@ -91,30 +95,50 @@ def config_file_option(command):
                              "command line override it.")(command)
 
 
+DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
+
+
+def debugging():
+    """--debug on the command line, or AMORTIZED_PYRO_DEBUG=1 in the environment."""
+    context = click.get_current_context(silent=True)
+    flag = context is not None and context.find_root().params.get("debug", False)
+    return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def friendly_errors(command):
-    """Runtime failures end in one line on stderr and exit status 1, never a traceback."""
+    """Runtime failures end in one line on stderr and exit status 1 (128 + signal number when a signal
+    stopped the run), never a traceback, unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for it."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        code = 1
         try:
             return command(*args, **kwargs)
-        except AmortizedPyroError as e:
-            message = str(e)
+        except Exception as e:
+            if debugging():
+                raise
+            if isinstance(e, Interrupted):
+                code = e.exit_code
+            if isinstance(e, AmortizedPyroError):
+                message = str(e)
+            elif isinstance(e, MemoryError):
+                message = "out of memory: try a smaller --n-obs or --batch-size"
+            elif isinstance(e, (RuntimeError, OSError, ValueError)):  # torch's own, e.g. CUDA out of memory
+                message = "%s (run with --debug for the traceback)" % (str(e).strip().splitlines() or [type(e).__name__])[0]
+            else:
+                raise
         except KeyboardInterrupt:
-            message = "interrupted; results written so far are kept"
-        except MemoryError:
-            message = "out of memory: try a smaller --n-obs or --batch-size"
-        except RuntimeError as e:  # torch's own, e.g. CUDA out of memory
-            message = str(e).strip().splitlines()[0]
+            message, code = "interrupted; results written so far are kept", 130
         click.echo("Error: %s" % message, err=True)
-        sys.exit(1)
+        sys.exit(code)
     return wrapper
 
 
-def default_out(config):
-    dataset = slug(Path(config.dataset).stem or config.dataset)
+def default_out(config, data):
+    """runs/GUIDE[-wK]-DATA-seedS-TIME-XXXX: named for the data actually used, unique (random suffix)."""
+    dataset = slug(Path(data.name).stem or data.name)
     width = "-w%d" % config.width if config.guide == "amortized" else ""
-    return Path("runs") / ("%s%s-%s-seed%d-%s" % (config.guide, width, dataset, config.seed,
-                                                 time.strftime("%Y%m%d-%H%M%S")))
+    return Path("runs") / ("%s%s-%s-seed%d-%s-%s" % (config.guide, width, dataset, config.seed,
+                                                    time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
 
 
 def split_config(options):
@@ -128,22 +152,42 @@ def stderr_log(line):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-def cli():
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error (also: %s=1)." % DEBUG_ENV)
+def cli(debug):
     """Amortized vs per-datapoint variational inference in a Bayesian deep generative model (Pyro)."""
+
+
+def overwrite_option(command):
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace a run that --out already holds (otherwise refused).")(command)
 
 
 @cli.command("fit")
 @config_file_option
 @config_options(grid=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME).")
+              help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME-XXXX, unique).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              help="Continue the run in this directory from its last checkpoint, with its own config; options "
+                   "given on the command line (e.g. a lower --lr) change it.")
+@overwrite_option
 @friendly_errors
-def fit_command(out, **options):
-    """Train one guide with SVI and write config, per-epoch metrics, parameters and a summary to --out."""
+def fit_command(out, resume_dir, overwrite, **options):
+    """Train one guide with SVI and write config, per-epoch metrics, checkpoints, parameters and a summary
+    to --out."""
     settings, extra = split_config(options)
-    config = FitConfig(**settings).check()
-    out = Path(out) if out else default_out(config)
-    result = fit(config, out=out, progress=extra["progress"], log=stderr_log)
+    if resume_dir:
+        if out or overwrite:
+            raise click.UsageError("--resume continues the run in its own directory: drop --out and --overwrite")
+        ctx = click.get_current_context()
+        changes = {k: v for k, v in settings.items()
+                   if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE, ParameterSource.DEFAULT_MAP)}
+        result = resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)
+    else:
+        config = FitConfig(**settings).check()
+        data = prepare_data(config, None, stderr_log)
+        out = Path(out) if out else default_out(config, data)
+        result = fit(config, data=data, out=out, progress=extra["progress"], log=stderr_log, overwrite=overwrite)
     click.echo(result.summary())
 
 
@@ -201,16 +245,27 @@ def mse_threshold_option(command):
 @mse_threshold_option
 @config_options(grid=False)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="Output folder (default: runs/compare-TIME). Re-running with the same --out skips finished runs.")
+              help="Output folder (default: runs/compare-TIME-XXXX). Re-running with the same --out reuses "
+                   "finished runs and resumes interrupted ones whose config and data match.")
+@overwrite_option
+@click.option("--allow-sample", is_flag=True,
+              help="Where MNIST cannot be had, use the shipped 3,000-image sample (named mnist-sample).")
 @friendly_errors
-def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, **options):
+def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, overwrite, allow_sample,
+                    **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     from .experiments import compare
 
     settings, extra = split_config(options)
-    out = Path(out) if out else Path("runs") / ("compare-" + time.strftime("%Y%m%d-%H%M%S"))
-    results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
-                      progress=extra["progress"], log=stderr_log, **settings)
+    out = Path(out) if out else Path("runs") / ("compare-%s-%s" % (time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
+    try:
+        results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
+                          progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
+                          **settings)
+    except Interrupted as e:
+        e.args = ("interrupted by %s: finished runs are kept in %s; run the same command again to resume (the "
+                  "interrupted run continues from its checkpoint)" % (signal.Signals(e.signum).name, out),)
+        raise
     write_comparison(results, out, mse_threshold)
 
 

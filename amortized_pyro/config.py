@@ -28,11 +28,29 @@ except ModuleNotFoundError:  # Python < 3.11
 COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
 
 
-def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False):
-    """A FitConfig field with what its command-line option needs: help, range (low/high, open or closed)
-    or choices; ``grid`` marks the fields that ``compare`` takes as lists instead."""
+def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
+           parse=None, result=True):
+    """A FitConfig field with what its command-line option needs: help, range (low/high, open or closed),
+    choices or a ``parse`` function that raises ValueError on bad text; ``grid`` marks the fields that
+    ``compare`` takes as lists instead; ``result=False`` those that cannot change a run's numbers."""
     return field(default=default, metadata=dict(help=help, low=low, open_low=open_low, high=high,
-                                                 open_high=open_high, choices=choices, grid=grid))
+                                                 open_high=open_high, choices=choices, grid=grid, parse=parse,
+                                                 result=result))
+
+
+def parse_every(text):
+    """"60s", "5m", "2h": ("seconds", 60.0), ...; "10": ("epochs", 10)."""
+    text = str(text).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text and text[-1] in units:
+        seconds = float(text[:-1]) * units[text[-1]]
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(text)
+        return "seconds", seconds
+    epochs = int(text)
+    if epochs < 1:
+        raise ValueError(text)
+    return "epochs", epochs
 
 
 @dataclass
@@ -47,8 +65,9 @@ class FitConfig:
     seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", grid=True)
     dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
                           "files, or a .npy/.npz file of images.", grid=True)
-    data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.")
-    download: bool = option(True, "Try to download MNIST/FashionMNIST when it is not in --data-dir.")
+    data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.", result=False)
+    download: bool = option(True, "Try to download MNIST/FashionMNIST when it is not in --data-dir.",
+                            result=False)
     n_obs: int = option(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
     n_test: int = option(1000, "Held-out test images.", low=0)
     binarize: bool = option(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "
@@ -86,6 +105,9 @@ class FitConfig:
                                    "plug-in MSE only.", low=0)
     jit: bool = option(True, "Compile the ELBO with torch.jit (JitTrace_ELBO, the same estimator with less "
                        "Python per step); falls back to the plain one, saying so, where it does not compile.")
+    checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
+                                   "much training time (30s, 5m, 1h) or every this many epochs (10); also at the "
+                                   "start, at the end and on SIGINT/SIGTERM.", parse=parse_every, result=False)
 
     def check(self):
         """Every field within its range or choices (the command line's own rules); returns self."""
@@ -116,6 +138,11 @@ def field_error(f, value):
         return "%s expects a %s, got %r" % (name, expected.__name__, value)
     if m["choices"] and value not in m["choices"]:
         return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
+    if m["parse"]:
+        try:
+            m["parse"](value)
+        except ValueError:
+            return "%s: cannot read %r (%s)" % (name, value, m["parse"].__doc__.strip().splitlines()[0])
     if expected is float and not math.isfinite(value):
         return "%s must be a finite number, got %r" % (name, value)
     if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
@@ -127,6 +154,15 @@ def field_error(f, value):
 
 def defaults():
     return {f.name: f.default for f in fields(FitConfig) if f.default is not MISSING}
+
+
+def first_difference(recorded, requested):
+    """The first FitConfig field (that can change results) whose recorded and requested values differ, as
+    "name=recorded, not requested", or None."""
+    for f in fields(FitConfig):
+        if f.metadata["result"] and recorded.get(f.name, f.default) != requested.get(f.name, f.default):
+            return "%s=%r, not %r" % (f.name, recorded.get(f.name, f.default), requested.get(f.name, f.default))
+    return None
 
 
 def read_preset(path):

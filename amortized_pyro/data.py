@@ -7,6 +7,7 @@ the two subsets are disjoint slices of one permutation of it. Binarizing (for th
 draws every pixel once, x_bin ~ Bernoulli(x), from a generator seeded with the same seed.
 """
 import gzip
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,15 +29,24 @@ class Data:
     test: torch.Tensor
     source: str
     binarized: bool = False
+    name: str = "data"
 
     def to(self, device):
-        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized)
+        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name)
+
+    def fingerprint(self):
+        """SHA-256 of the training and test images (float32), to tell whether a run saw these images."""
+        digest = hashlib.sha256()
+        for x in (self.train, self.test):
+            digest.update(str(tuple(x.shape)).encode())
+            digest.update(x.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        return digest.hexdigest()
 
     def binarize(self, seed):
         """Each pixel drawn once as Bernoulli(intensity), reproducibly from ``seed``."""
         generator = torch.Generator().manual_seed(seed)
         train, test = ((torch.rand(x.shape, generator=generator) < x.cpu()).to(x) for x in (self.train, self.test))
-        return Data(train, test, self.source + ", binarized", True)
+        return Data(train, test, self.source + ", binarized", True, self.name)
 
     def is_binary(self):
         return all(((x == 0) | (x == 1)).all().item() for x in (self.train, self.test))
@@ -63,11 +73,19 @@ def read_idx(path):
     return np.frombuffer(raw, dtype, offset=4 + 4 * ndim).reshape(shape)
 
 
+MIN_PIXELS = 16
+
+
 def to_unit_floats(images, where):
-    """[N, ...] uint8 (0..255) or floats in [0, 1] → float32 tensor [N, D]; refuses NaN and bad ranges."""
+    """Images as uint8 (0..255) or floats in [0, 1], shaped [N, H, W] (H, W >= 4), [N, H, W, C], or flat
+    [N, D] with D a square number of at least 16 pixels (784 = 28 × 28) → float32 tensor [N, D];
+    refuses other shapes, NaN and bad ranges."""
     images = np.asarray(images)
-    if images.ndim < 2 or images.shape[0] == 0:
-        raise AmortizedPyroError("%s: expected an array of images [N, ...], got shape %s" % (where, images.shape))
+    square = images.ndim == 2 and images.shape[1] >= MIN_PIXELS and round(images.shape[1] ** 0.5) ** 2 == images.shape[1]
+    grid = images.ndim in (3, 4) and min(images.shape[1:3]) >= 4
+    if images.shape[:1] == (0,) or not (square or grid):
+        raise AmortizedPyroError("%s: expected images [N, H, W] or [N, D] with D a square number of pixels "
+                                 "(e.g. 784), got shape %s" % (where, images.shape))
     if images.dtype == np.uint8:
         out = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / 255.0)
     elif np.issubdtype(images.dtype, np.floating):
@@ -146,12 +164,13 @@ def pick_subsets(pool, test_pool, n_obs, n_test, seed, log):
 
 
 def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0, download=True, log=print,
-              binarize=False):
+              binarize=False, allow_sample=True):
     """Load ``dataset`` (mnist | fashion-mnist | mnist-sample | a folder of IDX files | a .npy/.npz file),
-    binarized from ``seed`` where asked.
+    binarized from ``seed`` where asked; ``Data.name`` says what was used.
 
     MNIST that can be neither found in ``data_dir`` nor downloaded falls back, with one line through ``log``,
-    to the shipped sample (the first 3,000 images of the real MNIST test set).
+    to the shipped sample (the first 3,000 images of the real MNIST test set, named ``mnist-sample``), where
+    ``allow_sample``; otherwise that is an error.
     """
     if n_obs < 1 or n_test < 0:
         raise AmortizedPyroError("need n_obs >= 1 and n_test >= 0, got %d and %d" % (n_obs, n_test))
@@ -162,11 +181,12 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
         except (RuntimeError, OSError, AmortizedPyroError) as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
             reason = " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)
-            if dataset != "mnist":
-                raise AmortizedPyroError("%s is not in %s and could not be downloaded (%s)"
-                                         % (NAMED[dataset], data_dir, reason)) from None
-            log("MNIST is not in %s and could not be downloaded (%s): using the shipped MNIST sample instead"
-                % (data_dir, reason))
+            if dataset != "mnist" or not allow_sample:
+                hint = "; --allow-sample uses the shipped 3,000-image MNIST sample instead" if dataset == "mnist" else ""
+                raise AmortizedPyroError("%s is not in %s and could not be downloaded (%s)%s"
+                                         % (NAMED[dataset], data_dir, reason, hint)) from None
+            log("MNIST is not in %s and could not be downloaded (%s): using the shipped MNIST sample instead "
+                "(named mnist-sample in the run's name and results)" % (data_dir, reason))
             return load_data("mnist-sample", data_dir, n_obs, n_test, seed, download, log, binarize)
     elif dataset == "mnist-sample":
         pool, test_pool = read_array_file(SAMPLE_PATH)
@@ -179,10 +199,12 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
             pool, test_pool = read_array_file(path)
         elif path.exists():
             raise AmortizedPyroError("%s: expected a folder of IDX files or a .npy/.npz file" % path)
+        elif path.suffix in (".npy", ".npz", ".gz") or len(path.parts) > 1:
+            raise AmortizedPyroError("no such file or folder: %s" % path)
         else:
             raise AmortizedPyroError("unknown dataset %r: use mnist, fashion-mnist, mnist-sample, "
                                      "a folder of IDX files or a .npy/.npz file" % dataset)
         source = str(path)
     train, test = pick_subsets(pool, test_pool, n_obs, n_test, seed, log)
-    data = Data(train, test, source)
+    data = Data(train, test, source, name=dataset)
     return data.binarize(seed) if binarize else data

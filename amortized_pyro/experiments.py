@@ -1,20 +1,22 @@
 """Comparing guides: a grid of guides × encoder widths × seeds (× datasets) run through ``fit``.
 
 All configurations of a dataset train on the same images (drawn, and binarized where asked, with
-``data_seed``); the seeds vary initialisation and sampling. Each run keeps its own run directory, and a
-finished one is reused. The results go into one :class:`~amortized_pyro.results.Results` table.
+``data_seed``); the seeds vary initialisation and sampling. Each run keeps its own run directory; a finished one is reused and an
+interrupted one resumed, only where its recorded config and data are the ones asked for. The results go
+into one :class:`~amortized_pyro.results.Results` table.
 """
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .config import FitConfig
+from .config import FitConfig, first_difference
 from .data import load_data
 from .errors import AmortizedPyroError
 from .guides import GUIDES
 from .results import Results, label, slug
-from .train import fit, load_run
+from .runs import read_info, run_status
+from .train import fit, load_run, resume
 
 
 def configurations(guides, widths):
@@ -27,13 +29,33 @@ def configurations(guides, widths):
     return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g == "amortized" else [None])]
 
 
+def run_one(config, data, run_dir, overwrite, progress, log):
+    """Train one configuration of the grid into ``run_dir``, or reuse what is there: a finished run is
+    reloaded and a checkpointed one resumed where its recorded config and data are the ones asked for;
+    a run directory holding anything else is refused (``overwrite`` retrains it)."""
+    status = run_status(run_dir) if run_dir else "empty"
+    if status in ("finished", "partial") and not overwrite:
+        info = read_info(run_dir)
+        difference = first_difference(info["config"], asdict(config))
+        if difference is None and info["data"].get("fingerprint") != data.fingerprint():
+            difference = "other images (%s)" % info["data"].get("source")
+        if difference:
+            raise AmortizedPyroError("%s holds a run with %s: use --overwrite to retrain it, or another --out"
+                                     % (run_dir, difference))
+        if status == "finished":
+            return load_run(run_dir, config.device)
+        return resume(run_dir, data=data, progress=progress, log=log)
+    return fit(config, data=data, out=run_dir, progress=progress, log=log, overwrite=overwrite or status == "started")
+
+
 def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
-            study="compare", data_seed=0, progress=True, log=print, **config):
+            study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
-    With ``out``, each run writes ``out/runs/DATASET/LABEL-seedS``; runs finished there before are
-    reloaded instead of trained again, and ``out/results.jsonl`` is rewritten after every run.
+    With ``out``, each run writes ``out/runs/DATASET/LABEL-seedS`` and ``out/results.jsonl`` is rewritten
+    after every run; runs found there are reused as :func:`run_one` says. MNIST that cannot be had is an
+    error unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``).
     """
     base = FitConfig(**config).check()
     grid = configurations(list(guides), list(widths))
@@ -42,9 +64,10 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
     results = Results()
     out = Path(out) if out else None
     bar = tqdm(total=len(datasets) * len(grid) * len(seeds), desc="compare", unit="run", disable=not progress)
-    for dataset in datasets:
-        data = load_data(dataset, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
-                         binarize=base.binarize)
+    for requested in datasets:
+        data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
+                         binarize=base.binarize, allow_sample=allow_sample)
+        dataset = data.name
         results.add_baseline(dataset, data)
         for guide, width in grid:
             for seed in seeds:
@@ -52,10 +75,7 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
                 run_dir = out / "runs" / slug(dataset) / ("%s-seed%d" % (slug(label(guide, width)), seed)) if out \
                     else None
                 bar.set_postfix_str("%s %s seed %d" % (dataset, label(guide, width), seed))
-                if run_dir and (run_dir / "summary.json").exists():
-                    result = load_run(run_dir, base.device)
-                else:
-                    result = fit(config, data=data, out=run_dir, progress=progress, log=log)
+                result = run_one(config, data, run_dir, overwrite, progress, log)
                 results.add_run(result, dataset, study, data.to(result.device), with_images=seed == seeds[0])
                 if out:
                     results.save(out / "results.jsonl")

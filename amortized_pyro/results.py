@@ -88,9 +88,10 @@ class Results:
             return
         train_x, test_x = data.train[:N_IMAGES], data.test[:N_IMAGES]
         train_idx = torch.arange(len(train_x), device=train_x.device)
-        images = [("train", "original", train_x), ("test", "original", test_x),
-                  ("train", name, reconstruct(result.model, result.guide, train_x, train_idx)),
-                  ("test", name, reconstruct(result.model, result.guide, test_x))]
+        with result.params():
+            images = [("train", "original", train_x), ("test", "original", test_x),
+                      ("train", name, reconstruct(result.model, result.guide, train_x, train_idx)),
+                      ("test", name, reconstruct(result.model, result.guide, test_x))]
         for split, who, x in images:
             if x is not None and len(x) and not self._has(dataset, who, split):
                 self.reconstructions.append({"kind": "reconstruction", "dataset": dataset, "label": who,

@@ -1,21 +1,33 @@
-"""Run directories: what a run writes and reads back.
+"""Run directories: what a run writes, how it is checkpointed, and how it is read back.
 
-    config.json     the FitConfig, the data actually used (source, n_obs, n_test, x_dim, binarized, the mean
-                    image's MSE), the device, library versions
-    metrics.jsonl   one JSON object per epoch (written as training goes; missing values are null)
-    params.pt       Pyro's param-store state (``get_state()``), saved with torch.save
+    config.json     the FitConfig, the data actually used (name, source, n_obs, n_test, x_dim, binarized, a
+                    fingerprint of the images, the mean image's MSE), device, library versions, and every
+                    resume with the options it changed
+    metrics.jsonl   one JSON object per finished epoch (missing values are null)
+    checkpoint.pt   the last checkpoint: epoch, param-store state, optimizer state, every random state (torch,
+                    CUDA, numpy, python, the evaluation's generator), the metrics so far and the training time
+    params.pt       Pyro's param-store state at the end (``get_state()``)
     summary.json    the final record and timings, written last: its presence marks a finished run
+
+Every file is written whole to a temporary name and renamed into place, so a run killed at any moment
+leaves the previous version intact; metrics lines are appended with one ``write`` each, and a resumed run
+rewrites metrics.jsonl from its checkpoint.
 """
 import json
 import math
+import os
 import platform
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import pyro
 
 from .errors import AmortizedPyroError
+
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
 
 
 def _json_safe(record):
@@ -26,43 +38,139 @@ def _from_json(record):
     return {k: (math.nan if v is None else v) for k, v in record.items()}
 
 
-class RunWriter:
-    """Writes a run directory as the run goes, so that an interrupted run keeps its finished epochs."""
+def atomic_write(path, write):
+    """``write(temporary_path)``, then rename onto ``path``: readers see the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(".%s.tmp-%d" % (path.name, os.getpid()))
+    write(tmp)
+    os.replace(tmp, path)
 
-    def __init__(self, out, config, data_info, device):
+
+def write_json(path, value):
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+
+
+def run_status(path):
+    """"finished" (summary.json), "partial" (a checkpoint to resume from), "started" (run files, no
+    checkpoint yet), or "empty" (no run files, or no directory)."""
+    path = Path(path)
+    if (path / "summary.json").exists():
+        return "finished"
+    if (path / "checkpoint.pt").exists():
+        return "partial"
+    return "started" if any((path / name).exists() for name in RUN_FILES) else "empty"
+
+
+def rng_states(device):
+    """Every random state a run draws from."""
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states, device):
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
+class RunWriter:
+    """Writes a run directory as the run goes, so that an interrupted run keeps its finished epochs and
+    its last checkpoint. ``mode`` is "new" (the directory must not hold a run), "overwrite" (its run files
+    are removed first) or "resume" (it holds the run being continued)."""
+
+    def __init__(self, out, info, mode="new"):
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "summary.json").unlink(missing_ok=True)
-        info = {"config": config, "data": data_info, "device": device,
-                "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                             "pyro": pyro.__version__}}
-        (self.out / "config.json").write_text(json.dumps(info, indent=2) + "\n")
         self.metrics_path = self.out / "metrics.jsonl"
-        self._metrics = open(self.metrics_path, "w")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AmortizedPyroError("cannot create the run directory %s: %s" % (out, e.strerror or e)) from None
+        if mode == "new" and run_status(self.out) != "empty":
+            raise AmortizedPyroError("%s holds a run already (%s): use --resume %s to continue it or --overwrite "
+                                     "to replace it" % (out, run_status(self.out), out))
+        if mode == "overwrite":
+            for name in RUN_FILES:
+                (self.out / name).unlink(missing_ok=True)
+        if mode != "resume":
+            info = dict(info, versions={"python": platform.python_version(), "torch": torch.__version__,
+                                        "pyro": pyro.__version__}, resumes=[])
+            self._claim(info)
+        self.info = info
+
+    def _claim(self, info):
+        """Create config.json exclusively: of two runs started into one directory, one is refused."""
+        try:
+            with open(self.out / "config.json", "x") as f:
+                f.write(json.dumps(info, indent=2) + "\n")
+        except FileExistsError:
+            raise AmortizedPyroError("%s was just claimed by another run" % self.out) from None
+        except OSError as e:
+            raise AmortizedPyroError("cannot write into %s: %s" % (self.out, e.strerror or e)) from None
+
+    def record_resume(self, epoch, changed, config):
+        self.info["resumes"].append({"from_epoch": epoch, "changed": changed})
+        self.info["config"] = config
+        write_json(self.out / "config.json", self.info)
 
     def add(self, record):
-        self._metrics.write(json.dumps(_json_safe(record)) + "\n")
-        self._metrics.flush()
+        """Append one metrics line with a single write, so a kill leaves whole lines only."""
+        line = (json.dumps(_json_safe(record)) + "\n").encode()
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def rewrite_metrics(self, history):
+        text = "".join(json.dumps(_json_safe(r)) + "\n" for r in history)
+        atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
+
+    def checkpoint(self, state):
+        atomic_write(self.out / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
 
     def finish(self, result):
-        self._metrics.close()
-        torch.save(result.param_state, self.out / "params.pt")
+        atomic_write(self.out / "params.pt", lambda tmp: torch.save(result.param_state, tmp))
         summary = {"final": _json_safe(result.final), "mean_image_mse": result.mean_image_mse,
                    "train_seconds": result.train_seconds,
                    "ms_per_epoch": 1000 * result.train_seconds / len(result.history)}
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(self.out / "summary.json", summary)
+
+
+def _load(path, what, map_location):
+    try:
+        if what.endswith(".pt"):
+            return torch.load(path / what, map_location=map_location, weights_only=False)
+        if what.endswith(".jsonl"):
+            return [_from_json(json.loads(line)) for line in (path / what).read_text().splitlines() if line.strip()]
+        return json.loads((path / what).read_text())
+    except FileNotFoundError:
+        raise AmortizedPyroError("%s is not a run directory (missing %s)" % (path, what)) from None
+    except (ValueError, RuntimeError, EOFError, OSError) as e:
+        raise AmortizedPyroError("cannot read %s in %s: %s" % (what, path, str(e).splitlines()[0])) from None
+
+
+def read_info(path):
+    return _load(Path(path), "config.json", None)
 
 
 def read_run(path, map_location="cpu"):
-    """(config.json contents, history, param-store state) of a finished run directory."""
+    """(config.json contents, history, param-store state) of a finished run, or of an interrupted one as
+    of its last checkpoint."""
     path = Path(path)
-    try:
-        info = json.loads((path / "config.json").read_text())
-        history = [_from_json(json.loads(line)) for line in (path / "metrics.jsonl").read_text().splitlines()]
-        state = torch.load(path / "params.pt", map_location=map_location, weights_only=False)
-    except FileNotFoundError as e:
-        raise AmortizedPyroError("%s is not a finished run directory (missing %s)" % (path, Path(e.filename).name)) \
-            from None
-    except (ValueError, RuntimeError, EOFError) as e:
-        raise AmortizedPyroError("cannot read the run in %s: %s" % (path, str(e).splitlines()[0])) from None
-    return info, history, state
+    status = run_status(path)
+    if status == "finished":
+        return read_info(path), _load(path, "metrics.jsonl", None), _load(path, "params.pt", map_location)
+    if status == "partial":
+        checkpoint = read_checkpoint(path, map_location)
+        return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["param_state"]
+    raise AmortizedPyroError("%s is not a run directory (%s)" % (path, "no run files" if status == "empty"
+                                                                     else "no checkpoint yet"))
+
+
+def read_checkpoint(path, map_location="cpu"):
+    return _load(Path(path), "checkpoint.pt", map_location)
+

@@ -1,9 +1,11 @@
-"""Pyro's SVI pieces, kept on the device: the same algorithms as ``SVI`` + ``Trace_ELBO`` + ``pyro.optim.Adam``.
+"""Stochastic variational inference kept on the device: Pyro's ELBO estimators and a plain torch optimizer.
 
-Pyro's ``SVI.step`` and ``Trace_ELBO`` return the loss as a Python float, which costs a host sync (one
-per sample site) every step, and ``pyro.optim.Adam`` steps one torch optimizer per parameter tensor.
-Here the loss stays a device tensor, gradients are released instead of zero-filled, one multi-tensor
-Adam updates every parameter, and the ELBO can be compiled once with torch.jit.
+This is Pyro's documented lower-level training loop (``loss = elbo.differentiable_loss(model, guide, ...)``,
+``loss.backward()``, a torch optimizer over the param store's unconstrained tensors) rather than ``SVI``:
+``SVI.step`` and ``Trace_ELBO.loss_and_grads`` return the loss as a Python float, a host sync per sample
+site every step, and ``pyro.optim`` keeps one optimizer per tensor whose state cannot be saved whole. Here
+the loss stays a device tensor, one multi-tensor Adam (or AdamW) updates every parameter, its
+``state_dict`` goes into checkpoints, and the ELBO can be compiled once with torch.jit.
 """
 import warnings
 
@@ -11,24 +13,15 @@ import torch
 
 import pyro
 from pyro import poutine
-from pyro.infer import SVI, JitTrace_ELBO, Trace_ELBO
-from pyro.optim import PyroOptim
+from pyro.infer import JitTrace_ELBO, Trace_ELBO
 
 
-class _LossOnDevice:
-    """``loss_and_grads`` that backpropagates and returns the loss tensor instead of a float."""
-
-    def loss_and_grads(self, model, guide, *args, **kwargs):
-        loss = self.differentiable_loss(model, guide, *args, **kwargs)
-        loss.backward()
-        return loss.detach()
-
-
-class DeviceTrace_ELBO(_LossOnDevice, Trace_ELBO):
+class DeviceTrace_ELBO(Trace_ELBO):
     """Trace_ELBO for guides whose every site is reparameterized, as all guides here are.
 
     Then the surrogate loss equals the loss, −(log p(x, z, θ) − log q(z, θ)) summed over the trace with
-    the plates' N/B scaling, averaged over particles, and no per-site ``.item()`` is needed.
+    the plates' N/B scaling (and any ``poutine.scale``), averaged over particles, and no per-site
+    ``.item()`` is needed.
     """
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
@@ -40,7 +33,7 @@ class DeviceTrace_ELBO(_LossOnDevice, Trace_ELBO):
         return loss
 
 
-class DeviceJitTrace_ELBO(_LossOnDevice, JitTrace_ELBO):
+class DeviceJitTrace_ELBO(JitTrace_ELBO):
     """JitTrace_ELBO without its per-step NaN check and ``.item()``: the same estimator, traced once by
     torch.jit, which removes Pyro's Python overhead per step.
 
@@ -56,66 +49,6 @@ class DeviceJitTrace_ELBO(_LossOnDevice, JitTrace_ELBO):
         return surrogate_loss + (loss - surrogate_loss).detach()
 
 
-class DeviceSVI(SVI):
-    """``pyro.infer.SVI`` whose ``step`` returns the loss as a device tensor (no host sync) and releases
-    gradients (``grad = None``) instead of allocating fresh zero tensors for them."""
-
-    def step(self, *args, **kwargs):
-        with poutine.trace(param_only=True) as param_capture:
-            loss = self.loss_and_grads(self.model, self.guide, *args, **kwargs)
-        params = set(site["value"].unconstrained() for site in param_capture.trace.nodes.values())
-        self.optim(params)
-        for p in params:
-            p.grad = None
-        return loss
-
-
-def decays(name, value):
-    """Whether AdamW's weight decay applies to the parameter ``name``: only q(z)'s matrices (the encoder's
-    weight matrices, the per-datapoint table), as in the reference study's code, which decays every tensor
-    of two or more dimensions and keeps q(θ) as one flat vector; never q(θ) and never a vector."""
-    return not name.startswith("decoder.") and value.dim() >= 2
-
-
-class SingleOptim(PyroOptim):
-    """A PyroOptim with one torch optimizer for all parameters (new ones join as parameter groups).
-
-    ``pyro.optim.Adam`` keeps one optimizer per parameter tensor and steps them one by one; Adam's update
-    is elementwise, so one optimizer over all tensors computes the same update with torch's multi-tensor
-    kernels and a single call. With weight decay, the parameters that :func:`decays` picks form their own
-    group with it; the others have none.
-    """
-
-    def __init__(self, optim_constructor, optim_args, weight_decay=0.0):
-        super().__init__(optim_constructor, optim_args)
-        self.weight_decay = weight_decay
-        self.optimizer = None
-        self.known = set()
-
-    def __call__(self, params, *args, **kwargs):
-        store = pyro.get_param_store()
-        # in param-store name order, so that the optimizer's state_dict is the same in every process
-        new = sorted((p for p in params if p not in self.known), key=store.param_name)
-        if new:
-            self.known.update(new)
-            decayed = [p for p in new if decays(store.param_name(p), p)] if self.weight_decay > 0 else []
-            groups = [{"params": decayed, "weight_decay": self.weight_decay},
-                      {"params": [p for p in new if not any(p is q for q in decayed)], "weight_decay": 0.0}]
-            for group in (g for g in groups if g["params"]):
-                if self.optimizer is None:
-                    self.optimizer = self.pt_optim_constructor([group], **self.pt_optim_args)
-                else:
-                    self.optimizer.add_param_group(group)
-        self.optimizer.step()
-
-
-def make_optimizer(lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999)):
-    """Adam, or AdamW with decoupled weight decay on q(z)'s matrices (:func:`decays`) where
-    weight_decay > 0, as one multi-tensor (foreach) Pyro optimizer."""
-    optimizer = torch.optim.AdamW if weight_decay > 0 else torch.optim.Adam
-    return SingleOptim(optimizer, {"lr": lr, "betas": tuple(betas), "foreach": True}, weight_decay)
-
-
 def make_elbo(particles=1, jit=False):
     """The ELBO estimator: ``particles`` vectorized draws, compiled with torch.jit when ``jit``."""
     elbo = DeviceJitTrace_ELBO if jit else DeviceTrace_ELBO
@@ -125,12 +58,57 @@ def make_elbo(particles=1, jit=False):
 
 def training_elbo(model, guide, args, particles, jit, log):
     """The estimator to train with: the torch.jit-compiled one where it compiles for this model and
-    guide (tried once, on the arguments ``args`` of one step), else the plain one, saying so in one line."""
+    guide (tried once, on the arguments ``args`` of one step, without touching the random stream), else
+    the plain one, saying so in one line."""
     if jit:
         elbo = make_elbo(particles, jit=True)
         try:
-            elbo.differentiable_loss(model, guide, *args)
+            with torch.random.fork_rng(devices=_devices(args)):
+                elbo.differentiable_loss(model, guide, *args)
             return elbo
         except Exception as e:  # noqa: BLE001 -- any failure to trace means: run uncompiled
             log("torch.jit could not compile the ELBO (%s); training without --jit" % str(e).strip().splitlines()[0])
     return make_elbo(particles)
+
+
+def _devices(args):
+    return [a.device for a in args if torch.is_tensor(a) and a.device.type == "cuda"][:1]
+
+
+def create_params(guide, args):
+    """Run the guide once, outside any inference and without touching the random stream, so that every
+    parameter exists; returns {name: unconstrained tensor} in name order."""
+    with torch.random.fork_rng(devices=_devices(args)), poutine.block(), torch.no_grad():
+        guide(*args)
+    store = pyro.get_param_store()
+    return {name: store.get_param(name).unconstrained() for name in sorted(store.keys())}
+
+
+def decays(name, value):
+    """Whether AdamW's weight decay applies to the parameter ``name``: only q(z)'s matrices (the encoder's
+    weight matrices, the per-datapoint table), as in the reference study's code, which decays every tensor
+    of two or more dimensions and keeps q(θ) as one flat vector; never q(θ) and never a vector."""
+    return not name.startswith("decoder.") and value.dim() >= 2
+
+
+def make_optimizer(params, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999)):
+    """Adam over ``params`` ({name: tensor}), or AdamW with decoupled weight decay on the tensors that
+    :func:`decays` picks where weight_decay > 0: one multi-tensor (foreach) torch optimizer, its
+    parameters in name order so that its ``state_dict`` is the same in every process."""
+    options = {"lr": lr, "betas": tuple(betas), "foreach": True}
+    if weight_decay <= 0:
+        return torch.optim.Adam(list(params.values()), **options)
+    decayed = [v for k, v in params.items() if decays(k, v)]
+    plain = [v for k, v in params.items() if not decays(k, v)]
+    groups = [g for g in ({"params": decayed, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0})
+              if g["params"]]
+    return torch.optim.AdamW(groups, **options)
+
+
+def step(elbo, model, guide, optimizer, *args):
+    """One SVI step: the ELBO's gradient, one optimizer update; returns the loss as a device tensor."""
+    loss = elbo.differentiable_loss(model, guide, *args)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()

@@ -9,7 +9,7 @@ do not):
                  torch.optim.Adam, plain PyTorch
   svi            pyro.infer.SVI + Trace_ELBO + pyro.optim.Adam, Pyro's defaults (validation on)
   svi-noval      the same with pyro.enable_validation(False)
-  no-jit         the package's step with ``--no-jit``: DeviceSVI + DeviceTrace_ELBO + one foreach Adam,
+  no-jit         the package's step with ``--no-jit``: DeviceTrace_ELBO + one foreach Adam (svi.step),
                  FixedScaleNormal likelihood and prior, no validation, no host sync
   jit            the package's default step (``--jit``): the same with DeviceJitTrace_ELBO
 Prints median ms per step, the ratio to handwritten, and peak memory per method (CUDA: the increase of
@@ -32,7 +32,7 @@ from oracle import draw, elbo, encoder_factor  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
 from amortized_pyro.guides import Encoder, make_guide  # noqa: E402
-from amortized_pyro.svi import DeviceSVI, make_elbo, make_optimizer  # noqa: E402
+from amortized_pyro.svi import create_params, make_elbo, make_optimizer, step as svi_step  # noqa: E402
 from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
 
 CONFIGS = {  # N, B, z_dim, H, encoder width
@@ -85,14 +85,18 @@ def pyro_step(method, guide_name, cfg, x_dim, lr, device):
     guide = make_guide(guide_name, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"], device=device)
     if method.startswith("svi"):
         svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), Trace_ELBO())
-        validate = method == "svi"
-    else:
-        svi = DeviceSVI(model, guide, make_optimizer(lr), make_elbo(jit=method == "jit"))
-        validate = False
+
+        def step(x, idx):
+            with pyro.validation_enabled(method == "svi"):
+                return svi.step(x, idx)
+        return step
+    first = torch.arange(cfg["batch"], device=device)
+    optimizer = make_optimizer(create_params(guide, (torch.zeros(cfg["batch"], x_dim, device=device), first)), lr)
+    elbo = make_elbo(jit=method == "jit")
 
     def step(x, idx):
-        with pyro.validation_enabled(validate):
-            return svi.step(x, idx)
+        with pyro.validation_enabled(False):
+            return svi_step(elbo, model, guide, optimizer, x, idx)
     return step
 
 

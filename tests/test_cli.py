@@ -74,7 +74,7 @@ def write_npy(path, nan=False):
 
 
 @pytest.mark.parametrize("case, expected", [
-    ("missing file", "unknown dataset"),
+    ("missing file", "no such file"),
     ("corrupt idx", "corrupt"),
     ("nan data", "NaN"),
     ("cuda absent", "CUDA is not available"),

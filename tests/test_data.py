@@ -115,7 +115,11 @@ def test_bad_array_files_give_clear_errors(tmp_path, content, message):
 
 
 def test_missing_source_gives_clear_error(tmp_path):
-    with pytest.raises(AmortizedPyroError, match="unknown dataset"):
+    with pytest.raises(AmortizedPyroError, match="no such file or folder"):
         load_data(str(tmp_path / "nothing-here"), **quiet)
+    with pytest.raises(AmortizedPyroError, match="no such file or folder"):
+        load_data("missing.npy", **quiet)
+    with pytest.raises(AmortizedPyroError, match="unknown dataset"):
+        load_data("cifar", **quiet)
     with pytest.raises(AmortizedPyroError, match="no IDX image files"):
         load_data(str(tmp_path), **quiet)

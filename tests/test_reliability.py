@@ -1,0 +1,206 @@
+"""Results you can trust: checkpoints and resume (a real process killed with SIGKILL ends as if never
+stopped), SIGINT/SIGTERM, divergence, no silent overwrite or reuse, results that stand alone, and bad input."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
+from amortized_pyro import experiments
+from amortized_pyro.cli import cli
+from amortized_pyro.evaluation import evaluate
+from amortized_pyro.experiments import compare
+from amortized_pyro.runs import RunWriter
+
+RUN = ["--dataset", "mnist-sample", "--n-obs", "200", "--n-test", "20", "--batch-size", "20", "--hidden", "32",
+       "--z-dim", "4", "--width", "16", "--eval-every", "5", "--predictive-draws", "2", "--device", "cpu",
+       "--no-progress", "--checkpoint-every", "1"]
+EPOCHS = 40
+
+
+def start(out, *extra):
+    return subprocess.Popen([sys.executable, "-m", "amortized_pyro", "fit", *RUN, "--epochs", str(EPOCHS),
+                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(*args):
+    done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", *args], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def epochs_written(out):
+    path = out / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for_epochs(process, out, count, timeout=120):
+    deadline = time.time() + timeout
+    while epochs_written(out) < count:
+        assert process.poll() is None, "the run ended before it could be stopped: %s" % process.stderr.read()
+        assert time.time() < deadline
+        time.sleep(0.01)
+
+
+def metrics(out):
+    """Every record without its wall-clock time."""
+    return [{k: v for k, v in json.loads(line).items() if k != "time"}
+            for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole") / "run"
+    finish(*RUN, "--epochs", str(EPOCHS), "--out", str(out))
+    return out
+
+
+def test_a_killed_run_resumes_to_exactly_the_uninterrupted_end(uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    process = start(out)
+    wait_for_epochs(process, out, 12)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert not (out / "summary.json").exists() and epochs_written(out) < EPOCHS
+    finish("--resume", str(out))
+    assert metrics(out) == metrics(uninterrupted)  # bit-identical on the same device
+    resumes = json.loads((out / "config.json").read_text())["resumes"]
+    assert len(resumes) == 1 and 0 < resumes[0]["from_epoch"] < EPOCHS
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_checkpoints_says_how_to_resume_and_exits_128_plus_signal(uninterrupted, tmp_path, signum, code):
+    out = tmp_path / "run"
+    process = start(out)
+    wait_for_epochs(process, out, 8)
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == code
+    lines = [line for line in process.stderr.read().splitlines() if line.strip()]
+    assert lines[-1].startswith("Error: interrupted by %s" % signal.Signals(signum).name)
+    assert "--resume %s" % out in lines[-1] and "Traceback" not in "".join(lines)
+    stopped = load_run(out)  # the interrupted run loads, as of its checkpoint
+    assert 8 <= len(stopped.history) < EPOCHS and stopped.history[-1]["epoch"] == len(stopped.history)
+    finish("--resume", str(out))
+    assert metrics(out) == metrics(uninterrupted)
+
+
+def test_resuming_a_finished_run_says_so_and_changes_nothing(uninterrupted):
+    before = {p.name: p.stat().st_mtime_ns for p in uninterrupted.iterdir()}
+    done = finish("--resume", str(uninterrupted))
+    assert "nothing to resume" in done.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in uninterrupted.iterdir()} == before
+
+
+def test_divergence_keeps_the_last_good_checkpoint_and_resumes_with_a_lower_lr(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "4", "--lr", "1e9", "--out", str(out)])
+    assert result.exit_code == 1 and "diverged at epoch 1" in result.output
+    assert "last good checkpoint (epoch 0)" in result.output and "--resume %s --lr" % out in result.output
+    result = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--lr", "1e-3", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "config.json").read_text())
+    assert info["config"]["lr"] == 1e-3 and info["resumes"][0]["changed"]["lr"] == 1e-3
+    assert [r["epoch"] for r in metrics(out)] == [1, 2, 3, 4]
+
+
+def test_a_run_directory_is_never_overwritten_silently(tmp_path):
+    args = ["fit", *RUN, "--epochs", "1", "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 1 and "holds a run already" in refused.output and "--overwrite" in refused.output
+    assert CliRunner().invoke(cli, args + ["--overwrite"]).exit_code == 0
+
+
+def test_two_runs_cannot_claim_one_directory(tmp_path):
+    info = {"config": {}, "data": {}, "device": "cpu"}
+    RunWriter(tmp_path, info)
+    with pytest.raises(AmortizedPyroError, match="holds a run already"):
+        RunWriter(tmp_path, info)
+
+
+def test_default_run_names_are_unique_and_name_the_data_used(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # within the same second
+        result = CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--dataset", "mnist", "--no-download",
+                                          "--data-dir", str(tmp_path / "none")])
+        assert result.exit_code == 0, result.output
+    names = [p.name for p in (tmp_path / "runs").iterdir()]
+    assert len(names) == 2 and all("-mnist-sample-" in name for name in names)
+
+
+TINY = dict(n_obs=40, n_test=10, batch_size=20, hidden=8, z_dim=3, device="cpu", eval_every=2,
+            predictive_draws=2, progress=False, log=lambda line: None)
+
+
+def test_compare_refuses_a_run_made_with_other_settings_and_resumes_a_partial_one(tmp_path, monkeypatch):
+    grid = dict(guides=("shared",), widths=(4,), seeds=(0,), datasets=("mnist-sample",), out=tmp_path, **TINY)
+    first = compare(epochs=2, **grid)
+    with pytest.raises(AmortizedPyroError, match="epochs=2, not 3.*--overwrite"):
+        compare(epochs=3, **grid)
+    assert compare(epochs=3, overwrite=True, **grid).rows[-1]["epoch"] == 3
+    run_dir = tmp_path / "runs" / "mnist-sample" / "constant-VI-seed0"
+    compare(epochs=2, overwrite=True, **grid)
+    for name in ("summary.json", "params.pt"):  # as if stopped after its last checkpoint
+        (run_dir / name).unlink()
+    monkeypatch.setattr(experiments, "fit", lambda *a, **k: pytest.fail("a checkpointed run was trained anew"))
+    again = compare(epochs=2, **grid)
+    assert [r["elbo"] for r in again.rows] == [r["elbo"] for r in first.rows] and (run_dir / "summary.json").exists()
+
+
+def test_compare_does_not_fall_back_to_the_sample_unless_asked(tmp_path):
+    args = ["compare", "--guides", "shared", "--seeds", "0", "--dataset", "mnist", "--no-download", "--data-dir",
+            str(tmp_path / "none"), "--n-obs", "40", "--n-test", "10", "--epochs", "1", "--batch-size", "20",
+            "--hidden", "8", "--z-dim", "3", "--no-progress", "--out", str(tmp_path / "cmp")]
+    refused = CliRunner().invoke(cli, args)
+    assert refused.exit_code == 1 and "--allow-sample" in refused.output
+    allowed = CliRunner().invoke(cli, args + ["--allow-sample"])
+    assert allowed.exit_code == 0 and "| mnist-sample | constant-VI |" in allowed.output
+
+
+def test_a_result_evaluates_with_its_own_parameters_after_another_fit(tiny_data):
+    config = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=3, batch_size=40, hidden=16, z_dim=4,
+                       width=8, device="cpu", predictive_draws=0)
+    first = fit(config, data=tiny_data, progress=False)
+    second = fit(config, data=tiny_data, seed=1, lr=1e-2, progress=False)
+    own = first.evaluate(tiny_data)
+    assert own["train_plugin_mse"] == pytest.approx(first.final["train_plugin_mse"], rel=1e-6)
+    assert second.evaluate(tiny_data)["train_plugin_mse"] == pytest.approx(second.final["train_plugin_mse"], rel=1e-6)
+    # what the README's notebook example did before: the global store holds the last run's parameters
+    stale = evaluate(first.model, first.guide, tiny_data)
+    assert stale["train_plugin_mse"] != pytest.approx(own["train_plugin_mse"], rel=1e-6)
+
+
+@pytest.mark.parametrize("case, expected", [("3-pixel images", "expected images"), ("out in /proc", "cannot create"),
+                                            ("out under a file", "cannot create")])
+def test_bad_input_gets_one_line_and_exit_1(tmp_path, case, expected):
+    args = ["fit", *RUN, "--epochs", "1"]
+    if case == "3-pixel images":
+        np.save(tmp_path / "x.npy", np.random.default_rng(0).random((10, 3)))
+        args += ["--dataset", str(tmp_path / "x.npy"), "--out", str(tmp_path / "run")]
+    elif case == "out in /proc":
+        args += ["--out", "/proc/x"]
+    else:
+        (tmp_path / "file").write_text("")
+        args += ["--out", str(tmp_path / "file" / "sub")]
+    result = CliRunner().invoke(cli, args)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and lines[-1].startswith("Error: ") and expected in lines[-1]
+    assert "Traceback" not in result.output
+
+
+def test_a_batch_larger_than_the_data_is_said(tmp_path):
+    result = CliRunner().invoke(cli, ["fit", *RUN, "--n-obs", "5", "--batch-size", "1000", "--epochs", "1",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0 and "batch size 1000 > 5 training images: training on the full batch" in result.output
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    args = ["fit", *RUN, "--epochs", "1", "--dataset", str(tmp_path / "missing.npy")]
+    assert CliRunner().invoke(cli, args).exception.__class__ is SystemExit
+    assert isinstance(CliRunner().invoke(cli, ["--debug"] + args).exception, AmortizedPyroError)
