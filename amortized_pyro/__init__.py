@@ -4,7 +4,7 @@ from .data import Data, load_data
 from .errors import AmortizedPyroError
 from .guides import GUIDES, make_guide
 from .model import BayesianDecoderModel
-from .train import FitResult, fit, load_run
+from .train import FitResult, fit, load_run, resume
 
 __all__ = ["AmortizedPyroError", "BayesianDecoderModel", "Data", "FitConfig", "FitResult", "GUIDES", "fit",
-           "load_data", "load_run", "make_guide"]
+           "load_data", "load_run", "make_guide", "resume"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .config import FitConfig, option_name, read_preset
+from .config import FitConfig, check_values, option_name, read_preset
 from .errors import AmortizedPyroError, Interrupted
 from .guides import GUIDES
 from .results import slug
@@ -191,24 +191,18 @@ def fit_command(out, resume_dir, overwrite, **options):
     click.echo(result.summary())
 
 
-def int_list(ctx, param, value):
+def comma_list(ctx, param, value):
+    """--guides, --widths, --seeds: comma-separated values, each checked by FitConfig's rules."""
+    field, kind = {"guides": ("guide", str), "widths": ("width", int), "seeds": ("seed", int)}[param.name]
     try:
-        numbers = [int(v) for v in str(value).split(",") if v.strip()]
+        values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
+        if not values:
+            raise click.BadParameter("give at least one value")
+        return check_values(field, values)
     except ValueError:
         raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-    if not numbers:
-        raise click.BadParameter("give at least one value")
-    if param.name == "widths" and min(numbers) < 1:
-        raise click.BadParameter("encoder widths must be >= 1, got %r" % value)
-    return numbers
-
-
-def name_list(ctx, param, value):
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [n for n in names if n not in GUIDES]
-    if unknown or not names:
-        raise click.BadParameter("unknown guide(s) %s: choose from %s" % (", ".join(unknown) or "(none)", ", ".join(GUIDES)))
-    return names
+    except AmortizedPyroError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def write_comparison(results, out, threshold):
@@ -217,8 +211,10 @@ def write_comparison(results, out, threshold):
     from .results import format_summary
 
     results.save(out / "results.jsonl")
-    table = format_summary(results.summary(threshold), threshold)
+    table = format_summary(results.summary(threshold), threshold, results.failures)
     (out / "summary.md").write_text(table + "\n")
+    if not results.rows:
+        raise AmortizedPyroError("every run of the grid failed (see %s)" % (out / "summary.md"))
     paths = plot_all(results, out, threshold)
     click.echo(table)
     click.echo("wrote %s, %s and %d figures into %s" % ("results.jsonl", "summary.md", len(paths), out))
@@ -231,11 +227,11 @@ def mse_threshold_option(command):
 
 @cli.command("compare")
 @config_file_option
-@click.option("--guides", default=",".join(GUIDES), show_default=True, callback=name_list,
+@click.option("--guides", default=",".join(GUIDES), show_default=True, callback=comma_list,
               help="Comma-separated guides to compare.")
-@click.option("--widths", default="1,64,128,256", show_default=True, callback=int_list,
+@click.option("--widths", default="1,64,128,256", show_default=True, callback=comma_list,
               help="Comma-separated encoder widths for the amortized guide.")
-@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=int_list,
+@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=comma_list,
               help="Comma-separated seeds (initialisation and sampling; the data subset is fixed by --data-seed).")
 @click.option("--dataset", "datasets", multiple=True, default=[FitConfig.dataset], show_default=True,
               help=FitConfig.__dataclass_fields__["dataset"].metadata["help"] + " Repeat for several datasets.")
@@ -283,7 +279,8 @@ def plot_command(results_file, out, mse_threshold):
     results = Results.load(results_file)
     out = Path(out) if out else Path(results_file).parent
     paths = plot_all(results, out, mse_threshold)
-    (out / "summary.md").write_text(format_summary(results.summary(mse_threshold), mse_threshold) + "\n")
+    (out / "summary.md").write_text(format_summary(results.summary(mse_threshold), mse_threshold, results.failures)
+                                    + "\n")
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 

@@ -152,6 +152,16 @@ def field_error(f, value):
     return None
 
 
+def check_values(name, values):
+    """Each of ``values`` checked against FitConfig field ``name``'s rules (the grid's lists); returns them."""
+    f = FitConfig.__dataclass_fields__[name]
+    for value in values:
+        error = field_error(f, value)
+        if error:
+            raise AmortizedPyroError(error)
+    return list(values)
+
+
 def defaults():
     return {f.name: f.default for f in fields(FitConfig) if f.default is not MISSING}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .config import FitConfig, first_difference
+from .config import FitConfig, check_values, first_difference
 from .data import load_data
-from .errors import AmortizedPyroError
+from .errors import AmortizedPyroError, Interrupted
 from .guides import GUIDES
 from .results import Results, label, slug
 from .runs import read_info, run_status
@@ -20,12 +20,12 @@ from .train import fit, load_run, resume
 
 
 def configurations(guides, widths):
-    """(guide, width) pairs: one per encoder width for the amortized guide, one for each other guide."""
-    unknown = [g for g in guides if g not in GUIDES]
-    if unknown or not guides:
-        raise AmortizedPyroError("unknown guide(s) %s: choose from %s" % (", ".join(unknown), ", ".join(GUIDES)))
-    if "amortized" in guides and (not widths or min(widths) < 1):
-        raise AmortizedPyroError("the amortized guide needs encoder widths >= 1, got %s" % (list(widths),))
+    """(guide, width) pairs: one per encoder width for the amortized guide, one for each other guide;
+    every guide and width checked by FitConfig's rules."""
+    if not guides or ("amortized" in guides and not widths):
+        raise AmortizedPyroError("give at least one guide (and, for the amortized guide, one width)")
+    check_values("guide", guides)
+    check_values("width", widths if "amortized" in guides else [])
     return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g == "amortized" else [None])]
 
 
@@ -54,7 +54,8 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
     With ``out``, each run writes ``out/runs/DATASET/LABEL-seedS`` and ``out/results.jsonl`` is rewritten
-    after every run; runs found there are reused as :func:`run_one` says. MNIST that cannot be had is an
+    after every run; runs found there are reused as :func:`run_one` says. A run that fails for its own reasons
+    (it diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an
     error unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``).
     """
     base = FitConfig(**config).check()
@@ -63,6 +64,11 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
         raise AmortizedPyroError("give at least one seed")
     results = Results()
     out = Path(out) if out else None
+    if out:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AmortizedPyroError("cannot create %s: %s" % (out, e.strerror or e)) from None
     bar = tqdm(total=len(datasets) * len(grid) * len(seeds), desc="compare", unit="run", disable=not progress)
     for requested in datasets:
         data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
@@ -75,8 +81,15 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
                 run_dir = out / "runs" / slug(dataset) / ("%s-seed%d" % (slug(label(guide, width)), seed)) if out \
                     else None
                 bar.set_postfix_str("%s %s seed %d" % (dataset, label(guide, width), seed))
-                result = run_one(config, data, run_dir, overwrite, progress, log)
-                results.add_run(result, dataset, study, data.to(result.device), with_images=seed == seeds[0])
+                try:
+                    result = run_one(config, data, run_dir, overwrite, progress, log)
+                except Interrupted:
+                    raise
+                except AmortizedPyroError as e:  # this run's own failure (diverged, ...): report it, go on
+                    log("%s %s seed %d failed: %s" % (dataset, label(guide, width), seed, e))
+                    results.add_failure(dataset, label(guide, width), seed, str(e))
+                else:
+                    results.add_run(result, dataset, study, data.to(result.device), with_images=seed == seeds[0])
                 if out:
                     results.save(out / "results.jsonl")
                 bar.update()

@@ -24,7 +24,6 @@ from torch.distributions import constraints
 import pyro
 import pyro.distributions as dist
 
-from .errors import AmortizedPyroError
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 
 GUIDES = ("amortized", "per-datapoint", "shared")
@@ -162,15 +161,14 @@ class Guide:
 def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
                device="cpu", encoder_layers=2, qz_init="prior", seed=0):
     """Build the guide ``name`` ∈ {amortized, per-datapoint, shared}; ``width`` and ``encoder_layers`` are
-    the encoder's (A-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI)."""
-    if qz_init not in QZ_INITS:
-        raise AmortizedPyroError("unknown q(z) initialisation %r: choose one of %s" % (qz_init, ", ".join(QZ_INITS)))
+    the encoder's (A-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI); each is
+    checked by the rules of the FitConfig field of that name."""
+    from .config import check_values  # config builds its fields from this module's names
+
+    for field, value in (("guide", name), ("width", width), ("encoder_layers", encoder_layers), ("qz_init", qz_init)):
+        check_values(field, [value])
     if name == "amortized":
-        if not isinstance(width, int) or width < 1:
-            raise AmortizedPyroError("encoder width must be a whole number >= 1, got %r" % (width,))
         local = AmortizedFactor(x_dim, z_dim, width, device, encoder_layers)
-    elif name in ("per-datapoint", "shared"):
-        local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device, qz_init, seed)
     else:
-        raise AmortizedPyroError("unknown guide %r: choose one of %s" % (name, ", ".join(GUIDES)))
+        local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device, qz_init, seed)
     return Guide(name, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local, device)

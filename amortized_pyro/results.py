@@ -55,10 +55,15 @@ def _nan(value):
 class Results:
     """The comparison's tidy ``rows`` (dicts), ``reconstructions`` and ``baselines``; saved as JSON lines."""
 
-    def __init__(self, rows=(), reconstructions=(), baselines=()):
+    def __init__(self, rows=(), reconstructions=(), baselines=(), failures=()):
         self.rows = list(rows)
         self.reconstructions = list(reconstructions)
         self.baselines = list(baselines)
+        self.failures = list(failures)
+
+    def add_failure(self, dataset, name, seed, error):
+        """A run of the grid that did not finish (diverged, bad data): reported, not averaged."""
+        self.failures.append({"kind": "failure", "dataset": dataset, "label": name, "seed": seed, "error": error})
 
     def add_baseline(self, dataset, data):
         """The MSE of the mean training image on the training and test images."""
@@ -102,7 +107,7 @@ class Results:
 
     def save(self, path):
         with open(path, "w") as f:
-            for row in self.rows + self.baselines + self.reconstructions:
+            for row in self.rows + self.baselines + self.failures + self.reconstructions:
                 f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                                     for k, v in row.items()}) + "\n")
 
@@ -120,7 +125,8 @@ class Results:
         if not rows:
             raise AmortizedPyroError("%s holds no metrics rows" % path)
         baselines = [{k: _nan(v) for k, v in r.items()} for r in lines if r.get("kind") == "baseline"]
-        return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines)
+        return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines,
+                   [r for r in lines if r.get("kind") == "failure"])
 
     def runs(self):
         """{(dataset, label, seed): [rows in epoch order]}."""
@@ -182,8 +188,9 @@ def iterations_to(rows, threshold):
     return next((r["iteration"] for r in rows if r["train_plugin_mse"] < threshold), None)
 
 
-def format_summary(table, threshold=MSE_THRESHOLD):
-    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE under it."""
+def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
+    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
+    failed under it."""
     def pm(pair, fmt):
         return "n/a" if math.isnan(pair[0]) else (fmt + " ± " + fmt) % pair
 
@@ -206,4 +213,6 @@ def format_summary(table, threshold=MSE_THRESHOLD):
     for dataset, b in sorted(notes.items()):
         lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
                      % (dataset, b["train_mse"], b["test_mse"]))
+    for f in failures:
+        lines.append("\nFAILED, not in the table: %s %s seed %d: %s" % (f["dataset"], f["label"], f["seed"], f["error"]))
     return "\n".join(lines)

@@ -11,8 +11,6 @@ the ELBO: it is recorded as ``objective`` with its ``kl_scale``, and ``elbo`` is
 """
 import contextlib
 import math
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -27,27 +25,9 @@ from .errors import AmortizedPyroError, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
 from .guides import make_guide
 from .model import BayesianDecoderModel
+from .process import StopSignals, resolve_device
 from .runs import RunWriter, read_checkpoint, read_info, read_run, rng_states, run_status, set_rng_states
 from .svi import create_params, make_optimizer, step, training_elbo
-
-
-def resolve_device(spec):
-    """``auto`` → CUDA when available, else CPU; ``cuda``/``cuda:N`` must exist."""
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(spec)
-    except RuntimeError:
-        raise AmortizedPyroError("unknown device %r: use auto, cpu, cuda or cuda:N" % spec) from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise AmortizedPyroError("device %r asked for, but CUDA is not available on this machine" % spec)
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise AmortizedPyroError("device %r asked for, but only %d CUDA device(s) exist"
-                                     % (spec, torch.cuda.device_count()))
-    elif device.type != "cpu":
-        raise AmortizedPyroError("unsupported device %r: use auto, cpu, cuda or cuda:N" % spec)
-    return device
 
 
 def build(config, n_obs, x_dim, device):
@@ -149,27 +129,6 @@ def kl_schedule(config, epoch, device):
     if not config.kl_warmup:
         return None
     return torch.tensor(min(1.0, epoch / config.kl_warmup), device=device)
-
-
-class StopSignals:
-    """SIGINT and SIGTERM set ``signum``, which the loop reads after each epoch; a second one stops at once.
-    Handlers are installed only in the main thread (elsewhere signals cannot be caught)."""
-
-    def __enter__(self):
-        self.signum, self.previous = None, {}
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        if self.signum is not None:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __exit__(self, *exc):
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
 
 
 def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=False, **overrides):

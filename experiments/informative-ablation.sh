@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which setting of experiments/informative.toml makes z carry information? A-VI k = 64, one seed, the preset
 # with one or two settings put back to the studies' values: obs_scale 1 (studies: 1/sqrt(2)), init_scale e^-2,
-# lr 1e-3. Each cell is a one-run comparison in figures/informative-ablation/CELL/. About 10 minutes on 2 cores.
+# lr 1e-3. Each cell is a one-run comparison in figures/informative-ablation/CELL/. About 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cell() {

@@ -15,6 +15,7 @@ from amortized_pyro import experiments
 from amortized_pyro.cli import cli
 from amortized_pyro.evaluation import evaluate
 from amortized_pyro.experiments import compare
+from amortized_pyro.results import Results
 from amortized_pyro.runs import RunWriter
 
 RUN = ["--dataset", "mnist-sample", "--n-obs", "200", "--n-test", "20", "--batch-size", "20", "--hidden", "32",
@@ -204,3 +205,26 @@ def test_debug_shows_the_traceback(tmp_path):
     args = ["fit", *RUN, "--epochs", "1", "--dataset", str(tmp_path / "missing.npy")]
     assert CliRunner().invoke(cli, args).exception.__class__ is SystemExit
     assert isinstance(CliRunner().invoke(cli, ["--debug"] + args).exception, AmortizedPyroError)
+
+
+def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, monkeypatch):
+    real_fit = experiments.fit
+
+    def diverging_for_one(config, **kwargs):
+        if config.guide == "amortized":
+            raise AmortizedPyroError("training diverged at epoch 1 (the loss is nan)")
+        return real_fit(config, **kwargs)
+
+    monkeypatch.setattr(experiments, "fit", diverging_for_one)
+    args = ["compare", "--guides", "amortized,shared", "--widths", "4", "--seeds", "0", "--dataset", "mnist-sample",
+            "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3",
+            "--no-progress", "--out", str(tmp_path / "cmp")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    summary = (tmp_path / "cmp" / "summary.md").read_text()
+    assert "FAILED, not in the table: mnist-sample A-VI k=4 seed 0: training diverged" in summary
+    assert "| mnist-sample | constant-VI |" in summary
+    assert Results.load(tmp_path / "cmp" / "results.jsonl").failures[0]["label"] == "A-VI k=4"
+    everything = CliRunner().invoke(cli, args[:2] + ["amortized"] + args[3:-1] + [str(tmp_path / "all")])
+    assert everything.exit_code == 1 and "every run of the grid failed" in everything.output
+    assert "FAILED" in (tmp_path / "all" / "summary.md").read_text()
