@@ -246,18 +246,31 @@ def mse_threshold_option(command):
 @overwrite_option
 @click.option("--allow-sample", is_flag=True,
               help="Where MNIST cannot be had, use the shipped 3,000-image sample (named mnist-sample).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run the grid's runs one after another here (local), or as Ray tasks (ray; pip install -e \".[ray]\").")
+@click.option("--ray-address", default=None,
+              help="Ray to use: none starts one on this machine; auto or ray://HOST:PORT joins a running cluster "
+                   "(then --out must be on storage every node shares).")
+@click.option("--ray-cpus-per-run", default=1.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
+              help="CPUs each run's Ray task asks for.")
+@click.option("--ray-gpus-per-run", default=None, type=FiniteFloat(min=0),
+              help="GPUs each run's Ray task asks for  [default: 1 where the runs use CUDA, else 0].")
+@click.option("--ray-retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
 @friendly_errors
 def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, overwrite, allow_sample,
-                    **options):
+                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     from .experiments import compare
 
     settings, extra = split_config(options)
+    ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
+                       retries=ray_retries)
     out = Path(out) if out else Path("runs") / ("compare-%s-%s" % (time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
     try:
         results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
-                          **settings)
+                          executor=executor, ray_options=ray_options, **settings)
     except Interrupted as e:
         e.args = ("interrupted by %s: finished runs are kept in %s; run the same command again to resume (the "
                   "interrupted run continues from its checkpoint)" % (signal.Signals(e.signum).name, out),)

@@ -1,22 +1,24 @@
-"""Comparing guides: a grid of guides × encoder widths × seeds (× datasets) run through ``fit``.
+"""Comparing guides: a grid of guides × encoder widths × seeds (× datasets), each run through ``fit``.
 
 All configurations of a dataset train on the same images (drawn, and binarized where asked, with
-``data_seed``); the seeds vary initialisation and sampling. Each run keeps its own run directory; a finished one is reused and an
-interrupted one resumed, only where its recorded config and data are the ones asked for. The results go
-into one :class:`~amortized_pyro.results.Results` table.
+``data_seed``); the seeds vary initialisation and sampling. Each run keeps its own run directory; a
+finished one is reused and an interrupted one resumed, only where its recorded config and data are the
+ones asked for (:func:`plan`). The runs go one after another in this process or as Ray tasks
+(:mod:`amortized_pyro.executors`); either way the results are one
+:class:`~amortized_pyro.results.Results` table, assembled in grid order.
 """
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from .config import FitConfig, check_values, first_difference
 from .data import load_data
-from .errors import AmortizedPyroError, Interrupted
+from .errors import AmortizedPyroError
+from .executors import Job, run_local, run_ray
 from .guides import GUIDES
 from .results import Results, label, slug
-from .runs import read_info, run_status
-from .train import fit, load_run, resume
+from .runs import RunWriter, read_info, run_status
+
+EXECUTORS = ("local", "ray")
 
 
 def configurations(guides, widths):
@@ -29,69 +31,86 @@ def configurations(guides, widths):
     return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g == "amortized" else [None])]
 
 
-def run_one(config, data, run_dir, overwrite, progress, log):
-    """Train one configuration of the grid into ``run_dir``, or reuse what is there: a finished run is
-    reloaded and a checkpointed one resumed where its recorded config and data are the ones asked for;
-    a run directory holding anything else is refused (``overwrite`` retrains it)."""
-    status = run_status(run_dir) if run_dir else "empty"
-    if status in ("finished", "partial") and not overwrite:
-        info = read_info(run_dir)
-        difference = first_difference(info["config"], asdict(config))
-        if difference is None and info["data"].get("fingerprint") != data.fingerprint():
-            difference = "other images (%s)" % info["data"].get("source")
-        if difference:
-            raise AmortizedPyroError("%s holds a run with %s: use --overwrite to retrain it, or another --out"
-                                     % (run_dir, difference))
-        if status == "finished":
-            return load_run(run_dir, config.device)
-        return resume(run_dir, data=data, progress=progress, log=log)
-    return fit(config, data=data, out=run_dir, progress=progress, log=log, overwrite=overwrite or status == "started")
+def plan(job, overwrite):
+    """Before any run starts: refuse a run directory that holds a run with other settings or other images
+    (naming the first difference), or clear it where ``overwrite``."""
+    status = run_status(job.run_dir) if job.run_dir else "empty"
+    if status not in ("finished", "partial"):
+        return
+    if overwrite:
+        RunWriter.clear(job.run_dir)
+        return
+    info = read_info(job.run_dir)
+    difference = first_difference(info["config"], asdict(job.config))
+    if difference is None and info["data"].get("fingerprint") != job.data.fingerprint():
+        difference = "other images (%s)" % info["data"].get("source")
+    if difference:
+        raise AmortizedPyroError("%s holds a run with %s: use --overwrite to retrain it, or another --out"
+                                 % (job.run_dir, difference))
 
 
 def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
-            study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False, **config):
+            study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
+            executor="local", ray_options=None, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
     With ``out``, each run writes ``out/runs/DATASET/LABEL-seedS`` and ``out/results.jsonl`` is rewritten
-    after every run; runs found there are reused as :func:`run_one` says. A run that fails for its own reasons
-    (it diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an
-    error unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``).
+    as runs end; runs found there are reused as :func:`plan` says. A run that fails for its own reasons (it
+    diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an error
+    unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``). ``executor``
+    is "local" or "ray" (``ray_options``: address, cpus_per_run, gpus_per_run, retries; needs ``out``).
     """
     base = FitConfig(**config).check()
     grid = configurations(list(guides), list(widths))
     if not seeds:
         raise AmortizedPyroError("give at least one seed")
-    results = Results()
+    if executor not in EXECUTORS:
+        raise AmortizedPyroError("unknown executor %r: choose local or ray" % executor)
     out = Path(out) if out else None
+    if executor == "ray" and out is None:
+        raise AmortizedPyroError("the Ray executor writes every run into --out: give one")
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise AmortizedPyroError("cannot create %s: %s" % (out, e.strerror or e)) from None
-    bar = tqdm(total=len(datasets) * len(grid) * len(seeds), desc="compare", unit="run", disable=not progress)
+    jobs = []
     for requested in datasets:
         data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
                          binarize=base.binarize, allow_sample=allow_sample)
-        dataset = data.name
-        results.add_baseline(dataset, data)
         for guide, width in grid:
             for seed in seeds:
-                config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=dataset)
-                run_dir = out / "runs" / slug(dataset) / ("%s-seed%d" % (slug(label(guide, width)), seed)) if out \
-                    else None
-                bar.set_postfix_str("%s %s seed %d" % (dataset, label(guide, width), seed))
-                try:
-                    result = run_one(config, data, run_dir, overwrite, progress, log)
-                except Interrupted:
-                    raise
-                except AmortizedPyroError as e:  # this run's own failure (diverged, ...): report it, go on
-                    log("%s %s seed %d failed: %s" % (dataset, label(guide, width), seed, e))
-                    results.add_failure(dataset, label(guide, width), seed, str(e))
-                else:
-                    results.add_run(result, dataset, study, data.to(result.device), with_images=seed == seeds[0])
-                if out:
-                    results.save(out / "results.jsonl")
-                bar.update()
-    bar.close()
+                name = label(guide, width)
+                run_dir = out / "runs" / slug(data.name) / ("%s-seed%d" % (slug(name), seed)) if out else None
+                config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
+                jobs.append(Job(data.name, name, seed, config, run_dir, data))
+    for job in jobs:
+        plan(job, overwrite)
+    if executor == "ray":
+        outcomes = run_ray(jobs, progress, log, **(ray_options or {}))
+    else:
+        outcomes = run_local(jobs, progress, log)
+    finished = {}
+    for job, outcome in outcomes:
+        if isinstance(outcome, str):
+            log("%s failed: %s" % (job.name(), outcome))
+        finished[id(job)] = outcome
+        results = assemble(jobs, finished, study, seeds[0])
+        if out:
+            results.save(out / "results.jsonl")
+    return assemble(jobs, finished, study, seeds[0])
+
+
+def assemble(jobs, finished, study, first_seed):
+    """The results table of the jobs finished so far, in grid order (whatever order they ended in)."""
+    results = Results()
+    for job in jobs:
+        if results.baseline(job.dataset) is None:
+            results.add_baseline(job.dataset, job.data)
+        outcome = finished.get(id(job))
+        if isinstance(outcome, str):
+            results.add_failure(job.dataset, job.label, job.seed, outcome)
+        elif outcome is not None:
+            results.add_run(outcome, job.dataset, study, job.data.to(outcome.device), with_images=job.seed == first_seed)
     return results

@@ -93,13 +93,18 @@ class RunWriter:
             raise AmortizedPyroError("%s holds a run already (%s): use --resume %s to continue it or --overwrite "
                                      "to replace it" % (out, run_status(self.out), out))
         if mode == "overwrite":
-            for name in RUN_FILES:
-                (self.out / name).unlink(missing_ok=True)
+            self.clear(self.out)
         if mode != "resume":
             info = dict(info, versions={"python": platform.python_version(), "torch": torch.__version__,
                                         "pyro": pyro.__version__}, resumes=[])
             self._claim(info)
         self.info = info
+
+    @staticmethod
+    def clear(out):
+        """Remove a run's files from ``out`` (nothing else there)."""
+        for name in RUN_FILES:
+            (Path(out) / name).unlink(missing_ok=True)
 
     def _claim(self, info):
         """Create config.json exclusively: of two runs started into one directory, one is refused."""

@@ -5,7 +5,7 @@ import matplotlib.image
 import pytest
 from click.testing import CliRunner
 
-from amortized_pyro import experiments
+from amortized_pyro import executors, experiments
 from amortized_pyro.cli import cli
 from amortized_pyro.experiments import compare, configurations
 from amortized_pyro.results import Results, format_summary
@@ -77,7 +77,7 @@ def test_plot_draws_every_figure_from_the_saved_table(tiny, tmp_path):
 
 def test_resuming_skips_finished_runs(tiny, monkeypatch):
     out, results = tiny
-    monkeypatch.setattr(experiments, "fit", lambda *a, **k: pytest.fail("a finished run was trained again"))
+    monkeypatch.setattr(executors, "fit", lambda *a, **k: pytest.fail("a finished run was trained again"))
     again = tiny_compare(out)
     assert [(r["label"], r["seed"], r["epoch"], r["elbo"]) for r in again.rows] == \
         [(r["label"], r["seed"], r["epoch"], r["elbo"]) for r in results.rows]

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
-from amortized_pyro import experiments
+from amortized_pyro import executors
 from amortized_pyro.cli import cli
 from amortized_pyro.evaluation import evaluate
 from amortized_pyro.experiments import compare
@@ -149,7 +149,7 @@ def test_compare_refuses_a_run_made_with_other_settings_and_resumes_a_partial_on
     compare(epochs=2, overwrite=True, **grid)
     for name in ("summary.json", "params.pt"):  # as if stopped after its last checkpoint
         (run_dir / name).unlink()
-    monkeypatch.setattr(experiments, "fit", lambda *a, **k: pytest.fail("a checkpointed run was trained anew"))
+    monkeypatch.setattr(executors, "fit", lambda *a, **k: pytest.fail("a checkpointed run was trained anew"))
     again = compare(epochs=2, **grid)
     assert [r["elbo"] for r in again.rows] == [r["elbo"] for r in first.rows] and (run_dir / "summary.json").exists()
 
@@ -208,14 +208,14 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, monkeypatch):
-    real_fit = experiments.fit
+    real_fit = executors.fit
 
     def diverging_for_one(config, **kwargs):
         if config.guide == "amortized":
             raise AmortizedPyroError("training diverged at epoch 1 (the loss is nan)")
         return real_fit(config, **kwargs)
 
-    monkeypatch.setattr(experiments, "fit", diverging_for_one)
+    monkeypatch.setattr(executors, "fit", diverging_for_one)
     args = ["compare", "--guides", "amortized,shared", "--widths", "4", "--seeds", "0", "--dataset", "mnist-sample",
             "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3",
             "--no-progress", "--out", str(tmp_path / "cmp")]
