@@ -1,11 +1,11 @@
-"""Command line: ``python -m amortized_pyro fit|compare|plot``, a thin layer over the Python API.
+"""Command line: ``python -m amortized_pyro fit|compare|plot|gap``, a thin layer over the Python API.
 
-The training options are generated from :class:`~amortized_pyro.config.FitConfig`'s fields (their help,
-range and choices); ``--config FILE`` reads a TOML preset into click's ``default_map``, so that options
-given on the command line override it.
+The training options are generated from :class:`~amortized_pyro.config.FitConfig`'s fields
+(:mod:`amortized_pyro.options`); ``--config FILE`` reads a TOML preset, which options given on the command
+line override.
 """
 import functools
-import math
+import json
 import os
 import secrets
 import signal
@@ -17,82 +17,13 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .config import FitConfig, check_values, option_name, read_preset
+from .config import FitConfig, check_values
 from .errors import AmortizedPyroError, Interrupted
+from .gap import THETA_MODES, GapSettings
+from .options import FiniteFloat, config_file_option, config_options
 from .guides import GUIDES
 from .results import slug
 from .train import fit, prepare_data, resume
-
-
-class FiniteFloat(click.FloatRange):
-    """click's FloatRange, refusing NaN and infinities (which pass its comparisons)."""
-
-    def convert(self, value, param, ctx):
-        value = super().convert(value, param, ctx)
-        if not math.isfinite(value):
-            self.fail("%r is not a finite number" % value, param, ctx)
-        return value
-
-
-def field_option(f):
-    """The click option of one FitConfig field: its type, range or choices, default and help."""
-    m = f.metadata
-    if f.type is bool:
-        name = f.name.replace("_", "-")
-        return click.option("--%s/--no-%s" % (name, name), f.name, default=f.default, show_default=True,
-                            help=m["help"])
-    if m["choices"]:
-        kind = click.Choice(m["choices"])
-    elif f.type is int:
-        kind = click.IntRange(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
-    elif f.type is float:
-        kind = FiniteFloat(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
-    else:
-        kind = str
-    return click.option(option_name(f.name), f.name, type=kind, default=f.default, show_default=True,
-                        help=m["help"])
-
-
-def config_options(grid):
-    """Decorator adding an option per FitConfig field: every field (``grid=True``, for ``fit``) or all but
-    those that ``compare`` takes as lists."""
-    options = [field_option(f) for f in fields(FitConfig) if grid or not f.metadata["grid"]]
-    options.append(click.option("--progress/--no-progress", default=True, show_default=True,
-                                help="Show a progress bar."))
-    return lambda command: functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
-
-
-def load_config_file(ctx, param, value):
-    """``--config FILE``: the preset's settings become the defaults of this command's options."""
-    if value is None:
-        return None
-    try:
-        settings, compare = read_preset(value)
-    except AmortizedPyroError as e:
-        raise click.BadParameter(str(e)) from None
-    names = {p.name for p in ctx.command.params}
-    if ctx.command.name == "compare":
-        grid = [k for k in settings if k in ("guide", "width", "seed")]
-        if grid:
-            raise click.BadParameter("%s: set %s in its [compare] table (as guides, widths, seeds) for compare"
-                                     % (value, ", ".join(grid)))
-        if "dataset" in settings:
-            compare.setdefault("datasets", settings.pop("dataset"))
-        for key in ("guides", "widths", "seeds"):
-            if isinstance(compare.get(key), list):
-                compare[key] = ",".join(str(v) for v in compare[key])
-        if isinstance(compare.get("datasets"), str):
-            compare["datasets"] = [compare["datasets"]]
-        settings.update(compare)
-    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in settings.items() if k in names}}
-    return value
-
-
-def config_file_option(command):
-    return click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
-                        expose_value=False, callback=load_config_file,
-                        help="A TOML preset (e.g. experiments/informative.toml); options given on the "
-                             "command line override it.")(command)
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -295,6 +226,64 @@ def plot_command(results_file, out, mse_threshold):
     (out / "summary.md").write_text(format_summary(results.summary(mse_threshold), mse_threshold, results.failures)
                                     + "\n")
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
+
+
+@cli.command("gap")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
+              help="Measure on the run's training images or its held-out ones.")
+@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
+              help="The first N images of the split.")
+@click.option("--K", "K", default=GapSettings.K, show_default=True, type=click.IntRange(min=1),
+              help="Importance samples per image and θ draw for log p(x_n).")
+@click.option("--M", "M", default=GapSettings.M, show_default=True, type=click.IntRange(min=1),
+              help="Draws of θ ~ q(θ) shared by every quantity (with --theta sample).")
+@click.option("--theta", type=click.Choice(THETA_MODES), default=GapSettings.theta, show_default=True,
+              help="sample: M draws of θ ~ q(θ); mean: θ = E_q[θ].")
+@click.option("--samples", default=GapSettings.samples, show_default=True, type=click.IntRange(min=1),
+              help="z draws per image and θ draw for each local ELBO.")
+@click.option("--lr", default=GapSettings.lr, show_default=True, type=FiniteFloat(min=0, min_open=True),
+              help="Adam's learning rate for q* and refinement.")
+@click.option("--max-steps", default=GapSettings.max_steps, show_default=True, type=click.IntRange(min=1),
+              help="Cap on q*'s optimization (which stops earlier when 10 windows of 100 steps bring no gain).")
+@click.option("--refine-steps", default="", help="Comma-separated step counts, e.g. 0,5,20,100: the gap left "
+              "after that many steps from the guide's factor.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seeds every draw of the evaluation.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the results (default: RUN_DIR/gap.json).")
+@overwrite_option
+@friendly_errors
+def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, **settings):
+    """Measure the amortization and approximation gaps of a finished run, per image, with standard errors:
+    L_n(guide), L_n(q*), log p(x_n) (importance-weighted), and their differences."""
+    from .gap import measure_run
+
+    steps = [int(v) for v in refine_steps.split(",") if v.strip()] if refine_steps else []
+    out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
+    if out_file.exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
+    report = measure_run(run_dir, split, n_images, GapSettings(**settings), steps, device, stderr_log)
+    out_file.write_text(json.dumps(report, indent=1) + "\n")
+    click.echo(format_gap(report))
+    click.echo("wrote %s" % out_file)
+
+
+def format_gap(report):
+    """The gap report as a small table, nats per image, mean ± standard error over the images."""
+    lines = ["%s images of %s (%s split), K = %d, theta = %s%s, q* after %d steps" % (
+        report["n_images"], report["run"], report["split"], report["K"], report["theta"],
+        ", M = %d" % report["settings"]["M"] if report["theta"] == "sample" else "", report["optimizer_steps"]),
+        "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
+    for name in ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap"):
+        value = report[name]
+        lines.append("| %s | %s | %s |" % (name, "n/a (no factor for these images)" if value is None else
+                                            "%.3f" % value["mean"], "" if value is None else "%.3f" % value["stderr"]))
+    for row in report["refinement"]:
+        lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],
+                                                                            row["gap_left"]["stderr"]))
+    lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
+    return "\n".join(lines)
 
 
 def main():

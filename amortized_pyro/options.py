@@ -1,0 +1,82 @@
+"""click options generated from :class:`~amortized_pyro.config.FitConfig`'s fields (help, range, choices), and
+``--config FILE``, which reads a TOML preset into click's ``default_map`` so that options given on the
+command line override it."""
+import functools
+import math
+from dataclasses import fields
+
+import click
+
+from .config import FitConfig, option_name, read_preset
+from .errors import AmortizedPyroError
+
+
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange, refusing NaN and infinities (which pass its comparisons)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if not math.isfinite(value):
+            self.fail("%r is not a finite number" % value, param, ctx)
+        return value
+
+
+def field_option(f):
+    """The click option of one FitConfig field: its type, range or choices, default and help."""
+    m = f.metadata
+    if f.type is bool:
+        name = f.name.replace("_", "-")
+        return click.option("--%s/--no-%s" % (name, name), f.name, default=f.default, show_default=True,
+                            help=m["help"])
+    if m["choices"]:
+        kind = click.Choice(m["choices"])
+    elif f.type is int:
+        kind = click.IntRange(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
+    elif f.type is float:
+        kind = FiniteFloat(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
+    else:
+        kind = str
+    return click.option(option_name(f.name), f.name, type=kind, default=f.default, show_default=True,
+                        help=m["help"])
+
+
+def config_options(grid):
+    """Decorator adding an option per FitConfig field: every field (``grid=True``, for ``fit``) or all but
+    those that ``compare`` takes as lists."""
+    options = [field_option(f) for f in fields(FitConfig) if grid or not f.metadata["grid"]]
+    options.append(click.option("--progress/--no-progress", default=True, show_default=True,
+                                help="Show a progress bar."))
+    return lambda command: functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+
+
+def load_config_file(ctx, param, value):
+    """``--config FILE``: the preset's settings become the defaults of this command's options."""
+    if value is None:
+        return None
+    try:
+        settings, compare = read_preset(value)
+    except AmortizedPyroError as e:
+        raise click.BadParameter(str(e)) from None
+    names = {p.name for p in ctx.command.params}
+    if ctx.command.name == "compare":
+        grid = [k for k in settings if k in ("guide", "width", "seed")]
+        if grid:
+            raise click.BadParameter("%s: set %s in its [compare] table (as guides, widths, seeds) for compare"
+                                     % (value, ", ".join(grid)))
+        if "dataset" in settings:
+            compare.setdefault("datasets", settings.pop("dataset"))
+        for key in ("guides", "widths", "seeds"):
+            if isinstance(compare.get(key), list):
+                compare[key] = ",".join(str(v) for v in compare[key])
+        if isinstance(compare.get("datasets"), str):
+            compare["datasets"] = [compare["datasets"]]
+        settings.update(compare)
+    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in settings.items() if k in names}}
+    return value
+
+
+def config_file_option(command):
+    return click.option("--config", "config_file", type=click.Path(dir_okay=False), is_eager=True,
+                        expose_value=False, callback=load_config_file,
+                        help="A TOML preset (e.g. experiments/informative.toml); options given on the "
+                             "command line override it.")(command)

@@ -1,0 +1,184 @@
+"""The gap evaluation against closed forms: with LeakyReLU slope 1 the decoder is linear, x = W z + b + noise
+with θ fixed at E_q[θ], so the posterior of z_n is Gaussian, log p(x_n) is exact, the best mean-field factor
+is known (the posterior mean; precisions the diagonal of the posterior precision Λ), and for any Gaussian
+q, log p(x_n) − L_n(q) = KL(q ‖ posterior). Tolerances are 4 standard errors of the Monte Carlo estimates."""
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import pyro
+
+from amortized_pyro import model as model_module
+from amortized_pyro.cli import cli
+from amortized_pyro.gap import GapSettings, local_elbo, log_marginal, log_weights, measure, optimize
+from amortized_pyro.guides import make_guide
+from amortized_pyro.model import BayesianDecoderModel
+from amortized_pyro.train import fit
+
+N, D, Z, H, SIGMA = 4, 6, 2, 3, 0.5
+
+
+class Linear:
+    """A linear decoder (slope 1), its guide (per-datapoint factors), images, and the closed forms."""
+
+    def __init__(self):
+        torch.set_default_dtype(torch.float64)
+        pyro.set_rng_seed(0)
+        self.model = BayesianDecoderModel(N, D, Z, H, obs_scale=SIGMA)
+        self.guide = make_guide("per-datapoint", N, D, Z, H)
+        self.x = torch.randn(N, D)
+        self.idx = torch.arange(N)
+        self.guide(self.x, self.idx)  # creates the parameters
+        store = pyro.get_param_store()
+        with torch.no_grad():
+            for name in ("decoder.w1", "decoder.b1", "decoder.w2", "decoder.b2", "decoder.w3", "decoder.b3"):
+                # weights of scale 0.45: the posterior's correlation is weak enough (KL of the best mean-field
+                # factor 0.09 < −½ log(3/4)) for importance weights with a mean-field proposal to have finite
+                # variance, so the importance-weighted estimate converges at the usual rate
+                store.get_param(name + ".loc").unconstrained().copy_(0.45 * torch.randn(store.get_param(name + ".loc").shape))
+        t = {k: v.detach() for k, v in self.guide.decoder_mean().items()}
+        self.W = t["decoder.w3"] @ t["decoder.w2"] @ t["decoder.w1"]
+        self.b = t["decoder.w3"] @ (t["decoder.w2"] @ t["decoder.b1"] + t["decoder.b2"]) + t["decoder.b3"]
+        self.precision = torch.eye(Z) + self.W.T @ self.W / SIGMA ** 2
+        self.mean = torch.linalg.solve(self.precision, self.W.T @ (self.x - self.b).T / SIGMA ** 2).T
+        self.log_px = torch.distributions.MultivariateNormal(self.b, SIGMA ** 2 * torch.eye(D) + self.W @ self.W.T) \
+            .log_prob(self.x)
+        self.thetas = [t]
+
+    def elbo(self, loc, scale):
+        """L_n(q) in closed form for q = N(loc, diag scale²), per image."""
+        residual = self.x - loc @ self.W.T - self.b
+        fit_term = -(residual.pow(2).sum(-1) + (scale ** 2 * self.W.pow(2).sum(0)).sum(-1)) / (2 * SIGMA ** 2) \
+            - D * math.log(SIGMA) - D / 2 * math.log(2 * math.pi)
+        prior = -(loc.pow(2) + scale ** 2).sum(-1) / 2 - Z / 2 * math.log(2 * math.pi)
+        entropy = scale.log().sum(-1) + Z / 2 * (1 + math.log(2 * math.pi))
+        return fit_term + prior + entropy
+
+    def optimum(self):
+        """The best mean-field factor: the posterior mean, precisions diag(Λ)."""
+        return self.mean, self.precision.diagonal().rsqrt().expand(N, Z)
+
+
+@pytest.fixture
+def linear(monkeypatch):
+    monkeypatch.setattr(model_module, "LEAKY_SLOPE", 1.0)
+    return Linear()
+
+
+def se_of_mean(draws):
+    """Standard error of the mean over the first dimension, per image."""
+    return draws.std(0) / math.sqrt(draws.shape[0])
+
+
+def test_local_elbo_is_the_closed_form_within_its_standard_error(linear):
+    loc, scale = torch.randn(N, Z), torch.rand(N, Z) + 0.2
+    generator = torch.Generator().manual_seed(1)
+    estimate = local_elbo(linear.model, linear.x, loc, scale, linear.thetas, 4000, generator)
+    se = se_of_mean(log_weights(linear.model, linear.x, loc, scale, linear.thetas[0], 4000, generator))
+    assert ((estimate - linear.elbo(loc, scale)).abs() < 4 * se).all()
+    assert torch.allclose(linear.elbo(*linear.optimum()) + kl_to_posterior(linear, *linear.optimum()), linear.log_px)
+
+
+def kl_to_posterior(linear, loc, scale):
+    """KL(N(loc, diag scale²) ‖ N(mean, Λ⁻¹)) per image."""
+    diff = loc - linear.mean
+    return 0.5 * ((scale ** 2 * linear.precision.diagonal()).sum(-1) + (diff @ linear.precision * diff).sum(-1) - Z
+                  - torch.logdet(linear.precision) - 2 * scale.log().sum(-1))
+
+
+def test_q_star_reaches_the_best_mean_field_factor(linear):
+    settings = GapSettings(theta="mean", lr=0.02, step_samples=64, window=50, patience=5, max_steps=4000)
+    start = (torch.zeros(N, Z), torch.zeros(N, Z))
+    loc, scale, steps = optimize(linear.model, linear.guide, linear.x, *start, settings, torch.Generator().manual_seed(2))
+    assert steps < settings.max_steps  # stopped by the windowed rule, not the cap
+    excess = kl_to_posterior(linear, loc, scale) - kl_to_posterior(linear, *linear.optimum())
+    # what is left is below what a 100-sample estimate of L_n (the evaluation's default) can resolve
+    se = se_of_mean(log_weights(linear.model, linear.x, loc, scale, linear.thetas[0], 100, torch.Generator()))
+    assert (excess >= -1e-9).all() and (excess < se).all()
+
+
+def test_approximation_gap_is_the_closed_form_kl_and_iwae_approaches_log_px(linear):
+    settings = GapSettings(theta="mean", K=10000, samples=4000, chunk=2000, lr=0.02, step_samples=64, window=50,
+                           patience=5)
+    report = measure(linear.model, linear.guide, linear.x, linear.idx, settings)
+    per_image = {k: torch.tensor(v) for k, v in report["per_image"].items()}
+    loc, scale = linear.optimum()
+    kl = kl_to_posterior(linear, loc, scale)
+    se = se_of_mean(log_weights(linear.model, linear.x, loc, scale, linear.thetas[0], 4000, torch.Generator()))
+    # with the exact log p(x_n): log p − L(q*) = KL(q* ‖ posterior), q* within one standard error of the optimum
+    assert ((linear.log_px - per_image["elbo_optimized"] - kl).abs() < 5 * se).all()
+    # the reported gap uses the importance-weighted estimate of log p, within its own spread (from repeats)
+    # of the exact value at K = 10,000 ...
+    def repeats(K, count=8):
+        return torch.stack([log_marginal(linear.model, linear.x, loc, scale, linear.thetas, K, 2000,
+                                         torch.Generator().manual_seed(100 * K + r)) for r in range(count)])
+    spread = repeats(10000).std(0)
+    assert ((per_image["log_px"] - linear.log_px).abs() < 4 * spread + 0.02).all()
+    assert torch.allclose(per_image["approximation_gap"], per_image["log_px"] - per_image["elbo_optimized"])
+    # ... and that estimate approaches the exact log p as K grows (mean error over images and repeats)
+    errors = [(repeats(K) - linear.log_px).abs().mean().item() for K in (1, 10, 1000, 10000)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 0.05
+
+
+def test_factors_at_the_optimum_have_no_amortization_gap_and_poor_ones_do(linear):
+    """A per-datapoint guide whose factors are the per-image optima (as trained F-VI's are, at convergence)
+    reports a gap indistinguishable from zero on its own training images; the prior's factor does not."""
+    settings = GapSettings(theta="mean", samples=2000, lr=0.02, step_samples=64, window=50, patience=5)
+    loc, scale = linear.optimum()
+    store = pyro.get_param_store()
+    with torch.no_grad():
+        store.get_param("z.loc").unconstrained().copy_(loc)
+        store.get_param("z.log_scale").unconstrained().copy_(scale.log())
+    at_optimum = measure(linear.model, linear.guide, linear.x, linear.idx, settings)["amortization_gap"]
+    assert abs(at_optimum["mean"]) < 4 * at_optimum["stderr"] + 0.01
+    from_prior = measure(linear.model, linear.guide, linear.x, None, settings)  # no factor: q* from the prior
+    assert from_prior["amortization_gap"] is None and from_prior["elbo_optimized"]["mean"] > -1e9
+
+
+def test_gaps_are_not_negative_and_refinement_never_widens_them(tiny_data):
+    result = fit(dataset="mnist-sample", n_obs=120, n_test=30, epochs=6, batch_size=40, hidden=16, z_dim=4, width=8,
+                 device="cpu", predictive_draws=0, data=tiny_data, progress=False, log=lambda line: None)
+    settings = GapSettings(K=200, M=2, samples=50, max_steps=600, window=50, patience=3)
+    with result.params():
+        report = measure(result.model, result.guide, tiny_data.test[:20], None, settings, refine_steps=(0, 5, 20, 100))
+    for name in ("amortization_gap", "approximation_gap"):
+        assert report[name]["mean"] > -4 * report[name]["stderr"]
+    left = [(r["gap_left"]["mean"], r["gap_left"]["stderr"]) for r in report["refinement"]]
+    for (before, se_before), (after, se_after) in zip(left, left[1:]):
+        assert after <= before + 4 * math.hypot(se_before, se_after)
+    assert left[0][0] == pytest.approx(report["amortization_gap"]["mean"], abs=4 * left[0][1])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gap") / "run"
+    result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20",
+                                      "--epochs", "2", "--batch-size", "30", "--hidden", "8", "--z-dim", "3",
+                                      "--width", "4", "--no-progress", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_gap_command_writes_gap_json(finished_run):
+    args = ["gap", str(finished_run), "--split", "test", "--n-images", "10", "--K", "50", "--M", "2",
+            "--samples", "10", "--max-steps", "200", "--refine-steps", "0,5"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((finished_run / "gap.json").read_text())
+    assert (report["split"], report["n_images"], report["K"], report["theta"]) == ("test", 10, 50, "sample")
+    for name in ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap"):
+        assert set(report[name]) == {"mean", "stderr"} and len(report["per_image"][name]) == 10
+    assert [r["steps"] for r in report["refinement"]] == [0, 5]
+    again = CliRunner().invoke(cli, args)  # never overwritten silently
+    assert again.exit_code == 1 and "--overwrite" in again.output
+
+
+@pytest.mark.parametrize("args, code, expected", [
+    (["--n-images", "0"], 2, "--n-images"), (["--split", "valid"], 2, "--split"), ([], 1, "not a finished run")])
+def test_gap_command_refuses_bad_input_in_one_line(tmp_path, finished_run, args, code, expected):
+    target = str(finished_run) if args else str(tmp_path)
+    result = CliRunner().invoke(cli, ["gap", target, *args])
+    assert result.exit_code == code and expected in result.output and "Traceback" not in result.output
