@@ -286,6 +286,28 @@ def format_gap(report):
     return "\n".join(lines)
 
 
+@cli.command("gap-report")
+@click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
+@friendly_errors
+def gap_report_command(folder):
+    """Gather the gap reports (*.json written by `gap`) in FOLDER into gap_summary.md and gap_figure.png."""
+    from .gap import format_reports
+    from .plots import gap_figure
+
+    paths = sorted(Path(folder).glob("*.json"))
+    try:
+        reports = [json.loads(p.read_text()) for p in paths]
+    except (ValueError, OSError) as e:
+        raise AmortizedPyroError("cannot read the gap reports in %s: %s" % (folder, e)) from None
+    if not reports or any("amortization_gap" not in r for r in reports):
+        raise AmortizedPyroError("%s holds no gap reports (the .json files `gap` writes)" % folder)
+    table = format_reports(reports)
+    (Path(folder) / "gap_summary.md").write_text(table + "\n")
+    gap_figure(reports, Path(folder) / "gap_figure.png")
+    click.echo(table)
+    click.echo("wrote gap_summary.md and gap_figure.png into %s" % folder)
+
+
 def main():
     cli(prog_name="python -m amortized_pyro")
 

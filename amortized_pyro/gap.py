@@ -28,6 +28,7 @@ import pyro.distributions as dist
 
 from .errors import AmortizedPyroError
 from .model import decode
+from .results import display_order, label
 
 THETA_MODES = ("sample", "mean")
 
@@ -190,5 +191,23 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     with result.params():
         report = measure(result.model, result.guide, x, idx, settings, refine_steps)
     settings = report["settings"]
-    return dict(run=str(run_dir), guide=result.config.guide, split=split, n_images=x.shape[0], K=settings["K"],
-                theta=settings["theta"], **report)
+    return dict(run=str(run_dir), guide=result.config.guide, width=result.config.width, seed=result.config.seed,
+                label=label(result.config.guide, result.config.width), split=split, n_images=x.shape[0],
+                K=settings["K"], theta=settings["theta"], **report)
+
+
+def format_reports(reports):
+    """gap reports as one Markdown table: a row per configuration and split, nats per image (mean ± s.e.)."""
+    def pm(value):
+        return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
+
+    lines = ["| configuration | split | images | L(guide) | L(q*) | log p(x) | amortization gap | approximation gap "
+             "| gap left after 5 / 20 / 100 refinement steps | plug-in MSE with q* |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(reports, key=lambda r: (display_order(r["label"]), r["split"] != "train")):
+        refined = {row["steps"]: row["gap_left"] for row in r["refinement"]}
+        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %.4f |" % (
+            r["label"], r["split"], r["n_images"], pm(r["elbo_guide"]), pm(r["elbo_optimized"]), pm(r["log_px"]),
+            pm(r["amortization_gap"]), pm(r["approximation_gap"]),
+            " / ".join(pm(refined.get(k)) for k in (5, 20, 100)), r["optimized_plugin_mse"]))
+    return "\n".join(lines)

@@ -8,6 +8,8 @@
     fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
+    gap_figure          (from ``gap`` reports) the amortization gap against encoder width, train and test,
+                        with F-VI and constant-VI as reference lines, and the gap left after k refinement steps
 
 Curves show the mean over seeds with a band from the minimum to the maximum seed.
 """
@@ -206,3 +208,35 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
     paths.append(out / "fig6_elbo_seeds.png")
     seeds_figure(results, paths[-1])
     return paths
+
+
+def gap_figure(reports, path):
+    """Amortization gap (mean ± standard error over images) against encoder width, train and test, with
+    F-VI and constant-VI as horizontal lines; and the gap left after k refinement steps, per configuration."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for split, color in (("train", "tab:blue"), ("test", "tab:orange")):
+        amortized = sorted((r for r in reports if r["split"] == split and r["guide"] == "amortized"),
+                           key=lambda r: r["width"])
+        if amortized:
+            left.errorbar([r["width"] for r in amortized], [r["amortization_gap"]["mean"] for r in amortized],
+                          yerr=[r["amortization_gap"]["stderr"] for r in amortized], marker="o", color=color,
+                          capsize=3, label="A-VI, %s images" % split)
+        for r in reports:
+            if r["split"] == split and r["guide"] != "amortized" and r["amortization_gap"] is not None:
+                left.axhline(r["amortization_gap"]["mean"], color=color, ls="--" if r["guide"] == "per-datapoint" else ":",
+                             lw=1, label="%s, %s images" % (r["label"], split))
+    left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
+             title="Amortization gap (mean ± s.e. over images)")
+    for r in sorted((r for r in reports if r["refinement"]), key=lambda r: (r["split"], r["label"])):
+        steps = [max(row["steps"], 0.5) for row in r["refinement"]]
+        right.plot(steps, [row["gap_left"]["mean"] for row in r["refinement"]], marker="o",
+                   ls="-" if r["split"] == "test" else "--", label="%s, %s" % (r["label"], r["split"]))
+    right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
+              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement")
+    for ax in (left, right):
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

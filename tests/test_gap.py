@@ -182,3 +182,22 @@ def test_gap_command_refuses_bad_input_in_one_line(tmp_path, finished_run, args,
     target = str(finished_run) if args else str(tmp_path)
     result = CliRunner().invoke(cli, ["gap", target, *args])
     assert result.exit_code == code and expected in result.output and "Traceback" not in result.output
+
+
+def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_path):
+    folder = tmp_path / "gaps"
+    folder.mkdir()
+    for split in ("train", "test"):
+        result = CliRunner().invoke(cli, ["gap", str(finished_run), "--split", split, "--n-images", "5", "--K", "20",
+                                          "--M", "1", "--samples", "5", "--max-steps", "100", "--refine-steps", "0,5",
+                                          "--out", str(folder / ("%s.json" % split))])
+        assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["gap-report", str(folder)])
+    assert result.exit_code == 0, result.output
+    table = (folder / "gap_summary.md").read_text()
+    assert "| A-VI k=4 | train | 5 |" in table and "| A-VI k=4 | test | 5 |" in table
+    assert (folder / "gap_figure.png").stat().st_size > 10_000
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = CliRunner().invoke(cli, ["gap-report", str(empty)])
+    assert refused.exit_code == 1 and "holds no gap reports" in refused.output
