@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 import pyro
 
-from .config import FitConfig, parse_every
+from .config import FitConfig, option_name, parse_every
 from .data import load_data
 from .errors import AmortizedPyroError, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
@@ -148,9 +148,21 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     return train(config, data, writer, None, progress, log)
 
 
+RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive_draws", "checkpoint_every", "jit",
+                     "data_dir", "download")
+
+
 def resume(path, data=None, progress=True, log=print, **changes):
-    """Continue the run in ``path`` from its last checkpoint, with its own config (``changes``, e.g. a
-    lower ``lr``, are applied and recorded). A finished run is loaded and returned as it is."""
+    """Continue the run in ``path`` from its last checkpoint, with its own config; ``changes`` to its
+    schedule (:data:`RESUMABLE_CHANGES`: a lower ``lr``, more ``epochs``, ...) are applied and recorded.
+    A finished run is loaded and returned as it is."""
+    fixed = sorted(set(changes) - set(RESUMABLE_CHANGES))
+    info_config = read_info(path)["config"] if run_status(path) != "empty" else {}
+    fixed = [k for k in fixed if info_config.get(k, changes[k]) != changes[k]]
+    if fixed:
+        raise AmortizedPyroError("--resume continues a run as it was defined: it cannot change %s (only %s)"
+                                 % (", ".join(option_name(k) for k in fixed),
+                                    ", ".join(option_name(k) for k in RESUMABLE_CHANGES)))
     status = run_status(path)
     if status == "finished":
         log("%s is a finished run: nothing to resume" % path)

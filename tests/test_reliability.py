@@ -91,6 +91,16 @@ def test_a_signal_checkpoints_says_how_to_resume_and_exits_128_plus_signal(unint
     assert metrics(out) == metrics(uninterrupted)
 
 
+def test_resume_cannot_change_what_defines_the_run(tmp_path):
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(out)]).exit_code == 0
+    (out / "summary.json").unlink()  # as if interrupted after its last checkpoint
+    refused = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--guide", "shared", "--lr", "1e-4"])
+    assert refused.exit_code == 1 and "cannot change --guide" in refused.output
+    same = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--guide", "amortized", "--no-progress"])
+    assert same.exit_code == 0, same.output  # restating the run's own value is not a change
+
+
 def test_resuming_a_finished_run_says_so_and_changes_nothing(uninterrupted):
     before = {p.name: p.stat().st_mtime_ns for p in uninterrupted.iterdir()}
     done = finish("--resume", str(uninterrupted))
