@@ -21,7 +21,7 @@ from .config import FitConfig, check_values
 from .errors import AmortizedPyroError, Interrupted
 from .gap import THETA_MODES, GapSettings
 from .options import FiniteFloat, config_file_option, config_options
-from .guides import GUIDES
+from .guides import ENCODER_GUIDES, GUIDES
 from .results import slug
 from .train import fit, prepare_data, resume
 
@@ -67,7 +67,7 @@ def friendly_errors(command):
 def default_out(config, data):
     """runs/GUIDE[-wK]-DATA-seedS-TIME-XXXX: named for the data actually used, unique (random suffix)."""
     dataset = slug(Path(data.name).stem or data.name)
-    width = "-w%d" % config.width if config.guide == "amortized" else ""
+    width = "-w%d" % config.width if config.guide in ENCODER_GUIDES else ""
     return Path("runs") / ("%s%s-%s-seed%d-%s-%s" % (config.guide, width, dataset, config.seed,
                                                     time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
 

@@ -57,11 +57,15 @@ def parse_every(text):
 class FitConfig:
     """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
 
-    guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), per-datapoint (F-VI) or "
-                         "shared (constant-VI).", choices=GUIDES, grid=True)
-    width: int = option(128, "Encoder width k of the amortized guide.", low=1, grid=True)
+    guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
+                         "--refine-steps of Adam per minibatch, SA-VI), per-datapoint (F-VI) or shared (constant-VI).",
+                         choices=GUIDES, grid=True)
+    width: int = option(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
     encoder_layers: int = option(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
                                  "authors' original).", low=1)
+    refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
+                               "minibatch (0: A-VI exactly).", low=0)
+    refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
     seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", grid=True)
     dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
                           "files, or a .npy/.npz file of images.", grid=True)

@@ -14,7 +14,7 @@ from .config import FitConfig, check_values, first_difference
 from .data import load_data
 from .errors import AmortizedPyroError
 from .executors import Job, run_local, run_ray
-from .guides import GUIDES
+from .guides import ENCODER_GUIDES, GUIDES
 from .results import Results, label, slug
 from .runs import RunWriter, read_info, run_status
 
@@ -22,13 +22,14 @@ EXECUTORS = ("local", "ray")
 
 
 def configurations(guides, widths):
-    """(guide, width) pairs: one per encoder width for the amortized guide, one for each other guide;
+    """(guide, width) pairs: one per encoder width for the encoder guides, one for each other guide;
     every guide and width checked by FitConfig's rules."""
-    if not guides or ("amortized" in guides and not widths):
-        raise AmortizedPyroError("give at least one guide (and, for the amortized guide, one width)")
+    encoders = any(g in ENCODER_GUIDES for g in guides)
+    if not guides or (encoders and not widths):
+        raise AmortizedPyroError("give at least one guide (and, for the encoder guides, one width)")
     check_values("guide", guides)
-    check_values("width", widths if "amortized" in guides else [])
-    return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g == "amortized" else [None])]
+    check_values("width", widths if encoders else [])
+    return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g in ENCODER_GUIDES else [None])]
 
 
 def plan(job, overwrite):

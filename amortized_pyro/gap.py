@@ -77,9 +77,7 @@ def log_weights(model, x, loc, scale, theta, draws, generator):
     """log p(x, z | θ) − log q(z) for ``draws`` reparameterized z ~ N(loc, scale²): [draws, n]."""
     eps = torch.randn((draws,) + tuple(loc.shape), generator=generator, device=loc.device)
     z = loc + scale * eps
-    log_p = model.observation(decode(z, theta)).log_prob(x) + dist.Normal(0.0, 1.0).log_prob(z).sum(-1)
-    log_q = dist.Normal(loc, scale).log_prob(z).sum(-1)
-    return log_p - log_q
+    return model.local_log_joint(x, z, theta) - dist.Normal(loc, scale).log_prob(z).sum(-1)
 
 
 @torch.no_grad()

@@ -3,6 +3,7 @@
     q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias
     q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
         amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
+        semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018: see SemiAmortizedFactor)
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
@@ -24,9 +25,11 @@ from torch.distributions import constraints
 import pyro
 import pyro.distributions as dist
 
+from .errors import AmortizedPyroError
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 
-GUIDES = ("amortized", "per-datapoint", "shared")
+GUIDES = ("amortized", "semi-amortized", "per-datapoint", "shared")
+ENCODER_GUIDES = ("amortized", "semi-amortized")
 QZ_INITS = ("prior", "random")
 THETA_INIT_SCALE = math.exp(-2)
 
@@ -50,9 +53,10 @@ class DecoderPosterior:
         }
 
     def __call__(self, device, kl_scale=None):
+        """Draw θ ~ q(θ) at the ``decoder.*`` sites; returns the draw (site → tensor)."""
         with kl_scaled(kl_scale):
-            for name, (loc, scale) in self.params(device).items():
-                pyro.sample(name, dist.Normal(loc, scale).to_event(loc.dim()))
+            return {name: pyro.sample(name, dist.Normal(loc, scale).to_event(loc.dim()))
+                    for name, (loc, scale) in self.params(device).items()}
 
     def mean(self, device):
         """E_q[θ], site → tensor, for the Bayes estimate of the decoder."""
@@ -83,8 +87,47 @@ class AmortizedFactor:
     def __init__(self, x_dim, z_dim, width, device, layers=2):
         self.encoder = Encoder(x_dim, z_dim, width, layers).to(device)
 
-    def __call__(self, x, idx):
+    def __call__(self, x, idx, theta=None, generator=None):
         return pyro.module("encoder", self.encoder, update_module_params=True)(x)
+
+
+class SemiAmortizedFactor(AmortizedFactor):
+    """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
+    ``lr``, one draw of z each) on the local ELBO log p(x_n | z, θ) + log p(z) − log q(z) at the θ the guide
+    has just drawn (E_q[θ] when evaluating). The refined factor's values are used; gradients reach the
+    encoder straight through, μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), not through the steps
+    themselves (Kim et al. differentiate through them, with second-order terms). A training step costs
+    about (1 + steps) decoder passes."""
+
+    can_infer_unseen = True
+
+    def __init__(self, x_dim, z_dim, width, device, layers, steps, lr, log_joint):
+        super().__init__(x_dim, z_dim, width, device, layers)
+        self.steps, self.lr, self.log_joint = steps, lr, log_joint
+
+    def __call__(self, x, idx, theta=None, generator=None):
+        loc0, scale0 = super().__call__(x, idx)
+        if not self.steps or theta is None:
+            return loc0, scale0
+        loc, log_scale = refine(self.log_joint, x, {k: v.detach() for k, v in theta.items()}, loc0.detach(),
+                                scale0.detach().log(), self.steps, self.lr, generator)
+        return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
+
+
+def refine(log_joint, x, theta, loc, log_scale, steps, lr, generator=None):
+    """``steps`` Adam steps on Σ_n [log_joint(x_n, z_n, θ) − log q(z_n)], z_n ~ N(loc_n, exp(log_scale_n)²)
+    drawn from ``generator`` (the global stream if None); returns the refined (loc, log_scale), detached."""
+    loc, log_scale = loc.clone().requires_grad_(), log_scale.clone().requires_grad_()
+    optimizer = torch.optim.Adam([loc, log_scale], lr=lr)
+    with torch.enable_grad():
+        for _ in range(steps):
+            scale = log_scale.exp()
+            z = loc + scale * torch.randn(loc.shape, generator=generator, device=loc.device)
+            objective = (log_joint(x, z, theta) - dist.Normal(loc, scale).log_prob(z).sum(-1)).sum()
+            optimizer.zero_grad()
+            (-objective).backward()
+            optimizer.step()
+    return loc.detach(), log_scale.detach()
 
 
 class FreeFactor:
@@ -110,7 +153,7 @@ class FreeFactor:
         log_scale = torch.randn(self.shape, generator=generator) - (1.0 if self.per_datapoint else 0.0)
         return loc, log_scale
 
-    def __call__(self, x, idx):
+    def __call__(self, x, idx, theta=None, generator=None):
         if "z.loc" not in pyro.get_param_store():
             loc, log_scale = self.initial_values()
             pyro.param("z.loc", loc.to(self.device))
@@ -133,9 +176,9 @@ class Guide:
         self.device = device
 
     def __call__(self, x, idx, kl_scale=None):
-        self.theta(self.device, kl_scale)
+        theta = self.theta(self.device, kl_scale)
         with pyro.plate("data", self.n_obs, subsample=idx):
-            loc, scale = self.local(x, idx)
+            loc, scale = self.local(x, idx, theta)
             with kl_scaled(kl_scale):
                 pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
@@ -145,12 +188,13 @@ class Guide:
 
     def factor(self, x, idx=None):
         """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where
-        the family has no factor for them (per-datapoint on images it was not trained on)."""
+        the family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at
+        E_q[θ] with draws from a generator of its own, so that an evaluation is the same every time."""
         if idx is None:
             if not self.local.can_infer_unseen:
                 return None
             idx = torch.arange(x.shape[0], device=x.device)
-        return self.local(x, idx)
+        return self.local(x, idx, self.decoder_mean(), torch.Generator(x.device).manual_seed(0))
 
     def latent_mean(self, x, idx=None):
         """E_q[z_n] for images x, or None (see :meth:`factor`)."""
@@ -159,16 +203,23 @@ class Guide:
 
 
 def make_guide(name, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
-               device="cpu", encoder_layers=2, qz_init="prior", seed=0):
-    """Build the guide ``name`` ∈ {amortized, per-datapoint, shared}; ``width`` and ``encoder_layers`` are
-    the encoder's (A-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI); each is
-    checked by the rules of the FitConfig field of that name."""
+               device="cpu", encoder_layers=2, qz_init="prior", seed=0, refine_steps=0, refine_lr=1e-2,
+               log_joint=None):
+    """Build the guide ``name`` ∈ GUIDES; ``width`` and ``encoder_layers`` are the encoder's (A-VI, SA-VI),
+    ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``, ``refine_lr``
+    and the model's ``log_joint`` (:meth:`BayesianDecoderModel.local_log_joint`) SA-VI's refinement; each
+    is checked by the rules of the FitConfig field of that name."""
     from .config import check_values  # config builds its fields from this module's names
 
     for field, value in (("guide", name), ("width", width), ("encoder_layers", encoder_layers), ("qz_init", qz_init)):
         check_values(field, [value])
     if name == "amortized":
         local = AmortizedFactor(x_dim, z_dim, width, device, encoder_layers)
+    elif name == "semi-amortized":
+        check_values("refine_steps", [refine_steps])
+        if log_joint is None:
+            raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
+        local = SemiAmortizedFactor(x_dim, z_dim, width, device, encoder_layers, refine_steps, refine_lr, log_joint)
     else:
         local = FreeFactor(n_obs if name == "per-datapoint" else None, z_dim, device, qz_init, seed)
     return Guide(name, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local, device)

@@ -118,6 +118,10 @@ class BayesianDecoderModel:
             return dist.Bernoulli(logits=out).to_event(1)
         return FixedScaleNormal(out, self.obs_scale).to_event(1)
 
+    def local_log_joint(self, x, z, theta):
+        """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ."""
+        return self.observation(decode(z, theta)).log_prob(x) + dist.Normal(0.0, 1.0).log_prob(z).sum(-1)
+
     def observation_mean(self, out):
         """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""
         return torch.sigmoid(out) if self.likelihood == "bernoulli" else out

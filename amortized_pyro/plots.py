@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .guides import ENCODER_GUIDES  # noqa: E402
 from .results import MSE_THRESHOLD, display_order, iterations_to, ms_per_epoch, slug  # noqa: E402
 
 
@@ -48,10 +49,11 @@ def _title(results, dataset, what):
 
 
 def _colors(names):
-    cmap = plt.get_cmap("viridis")
-    amortized = [n for n in names if n.startswith("A-VI")]
-    colors = {n: cmap(0.15 + 0.7 * i / max(1, len(amortized) - 1)) for i, n in enumerate(amortized)}
-    colors.update({"F-VI": "tab:red", "constant-VI": "tab:gray"})
+    """A-VI widths along viridis, SA-VI widths along plasma, F-VI red, constant-VI gray."""
+    colors = {"F-VI": "tab:red", "constant-VI": "tab:gray"}
+    for family, cmap in (("A-VI ", plt.get_cmap("viridis")), ("SA-VI ", plt.get_cmap("plasma"))):
+        members = [n for n in names if n.startswith(family)]
+        colors.update({n: cmap(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
     return colors
 
 
@@ -215,14 +217,14 @@ def gap_figure(reports, path):
     F-VI and constant-VI as horizontal lines; and the gap left after k refinement steps, per configuration."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for split, color in (("train", "tab:blue"), ("test", "tab:orange")):
-        amortized = sorted((r for r in reports if r["split"] == split and r["guide"] == "amortized"),
-                           key=lambda r: r["width"])
-        if amortized:
-            left.errorbar([r["width"] for r in amortized], [r["amortization_gap"]["mean"] for r in amortized],
-                          yerr=[r["amortization_gap"]["stderr"] for r in amortized], marker="o", color=color,
-                          capsize=3, label="A-VI, %s images" % split)
+        for guide, style in (("amortized", "-"), ("semi-amortized", "--")):
+            encoder = sorted((r for r in reports if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
+            if encoder:
+                left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
+                              yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", color=color, ls=style,
+                              capsize=3, label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
         for r in reports:
-            if r["split"] == split and r["guide"] != "amortized" and r["amortization_gap"] is not None:
+            if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
                 left.axhline(r["amortization_gap"]["mean"], color=color, ls="--" if r["guide"] == "per-datapoint" else ":",
                              lw=1, label="%s, %s images" % (r["label"], split))
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",

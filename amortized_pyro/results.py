@@ -18,23 +18,24 @@ import torch
 
 from .errors import AmortizedPyroError
 from .evaluation import MSE_KEYS, mean_image_mse, reconstruct
+from .guides import ENCODER_GUIDES
 
-FAMILY = {"amortized": "A-VI", "per-datapoint": "F-VI", "shared": "constant-VI"}
+FAMILY = {"amortized": "A-VI", "semi-amortized": "SA-VI", "per-datapoint": "F-VI", "shared": "constant-VI"}
 N_IMAGES = 5
 MSE_THRESHOLD = 0.07
 INFORMATIVE, PARTLY = 0.5, 0.9
 
 
 def label(guide, width=None):
-    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``F-VI``, ``constant-VI``."""
-    return "%s k=%d" % (FAMILY[guide], width) if guide == "amortized" else FAMILY[guide]
+    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64``, ``F-VI``,
+    ``constant-VI``."""
+    return "%s k=%d" % (FAMILY[guide], width) if guide in ENCODER_GUIDES else FAMILY[guide]
 
 
 def display_order(name):
-    """A-VI by width, then F-VI, then constant-VI."""
-    if name.startswith("A-VI"):
-        return (0, int(name.split("=")[1]))
-    return (1, 0) if name == "F-VI" else (2, 0)
+    """A-VI by width, SA-VI by width, then F-VI, then constant-VI."""
+    family, _, width = name.partition(" k=")
+    return (("A-VI", "SA-VI", "F-VI", "constant-VI").index(family), int(width or 0))
 
 
 def slug(text):
@@ -81,7 +82,7 @@ class Results:
         name = label(c.guide, c.width)
         steps_per_epoch = math.ceil(data.train.shape[0] / min(c.batch_size, data.train.shape[0]))
         common = {"study": study, "dataset": dataset, "guide": c.guide,
-                  "width": c.width if c.guide == "amortized" else None, "label": name, "seed": c.seed,
+                  "width": c.width if c.guide in ENCODER_GUIDES else None, "label": name, "seed": c.seed,
                   "n_obs": data.train.shape[0]}
         for record in result.history:
             if "train_plugin_mse" in record:

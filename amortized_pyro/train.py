@@ -23,7 +23,7 @@ from .config import FitConfig, option_name, parse_every
 from .data import load_data
 from .errors import AmortizedPyroError, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
-from .guides import make_guide
+from .guides import ENCODER_GUIDES, make_guide
 from .model import BayesianDecoderModel
 from .process import StopSignals, resolve_device
 from .runs import RunWriter, read_checkpoint, read_info, read_run, rng_states, run_status, set_rng_states
@@ -35,7 +35,8 @@ def build(config, n_obs, x_dim, device):
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
                                  config.likelihood)
     guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
-                       device, config.encoder_layers, config.qz_init, config.seed)
+                       device, config.encoder_layers, config.qz_init, config.seed, config.refine_steps,
+                       config.refine_lr, model.local_log_joint)
     return model, guide
 
 
@@ -88,7 +89,7 @@ class FitResult:
 
     def summary(self):
         final, c = self.final, self.config
-        width = " (width %d)" % c.width if c.guide == "amortized" else ""
+        width = " (width %d)" % c.width if c.guide in ENCODER_GUIDES else ""
         lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
                  % (c.guide, width, self.data_source, final["epoch"], self.device, self.train_seconds,
                     1000 * self.train_seconds / max(1, final["epoch"])),

@@ -8,6 +8,13 @@ import pyro
 from amortized_pyro.data import Data, load_data
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+STUDY_GUIDES = ("amortized", "per-datapoint", "shared")  # the families of the studies (SA-VI is ours)
+
+
+def build_guide(name, model, *args, **kwargs):
+    """make_guide for any family, SA-VI refining (2 steps) with the model's local log joint."""
+    from amortized_pyro import make_guide
+    return make_guide(name, *args, refine_steps=2, log_joint=model.local_log_joint, **kwargs)
 
 
 @pytest.fixture(autouse=True)

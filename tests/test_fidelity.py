@@ -16,8 +16,8 @@ import torch
 
 from amortized_pyro import FitConfig, fit
 from amortized_pyro.data import Data
-from amortized_pyro.guides import GUIDES
 
+from conftest import STUDY_GUIDES
 from oracle import LAYERS
 
 PRESET = Path(__file__).parents[1] / "experiments" / "seed-study.toml"
@@ -118,7 +118,7 @@ def pairs(result, reference):
     return [(ours, theirs.detach()) for ours, theirs in found]
 
 
-@pytest.mark.parametrize("guide", GUIDES)
+@pytest.mark.parametrize("guide", STUDY_GUIDES)
 def test_seed_study_preset_trains_exactly_as_the_study_code(guide):
     x, config, result = run_package(guide)
     reference = StudyReference(guide, SEED)

@@ -1,4 +1,4 @@
-"""Site names, shapes and plates of the model and the three guides."""
+"""Site names, shapes and plates of the model and the four guides."""
 import pytest
 import torch
 
@@ -8,6 +8,8 @@ from pyro import poutine
 from amortized_pyro import AmortizedPyroError, BayesianDecoderModel, make_guide
 from amortized_pyro.guides import GUIDES
 from amortized_pyro.svi import make_elbo
+
+from conftest import build_guide
 
 N, B, X_DIM, Z_DIM, HIDDEN = 50, 8, 20, 4, 7
 SHAPES = {"decoder.w1": (HIDDEN, Z_DIM), "decoder.b1": (HIDDEN,), "decoder.w2": (HIDDEN, HIDDEN),
@@ -22,7 +24,7 @@ def batch():
 @pytest.mark.parametrize("guide_name", GUIDES)
 def test_sites_shapes_and_subsampled_plate(guide_name):
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, width=6)
+    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, width=6)
     x, idx = batch()
     guide_trace = poutine.trace(guide).get_trace(x, idx)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, idx)
@@ -45,7 +47,7 @@ def test_sites_shapes_and_subsampled_plate(guide_name):
 @pytest.mark.parametrize("guide_name", GUIDES)
 def test_vectorized_particles_give_particle_batches(guide_name):
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, width=6)
+    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, width=6)
     x, idx = batch()
     elbo = make_elbo(particles=3)
     model_trace, guide_trace = next(elbo._get_traces(model, guide, (x, idx), {}))
@@ -60,14 +62,14 @@ def test_guides_share_one_q_theta_and_differ_in_q_z():
     names = {}
     for guide_name in GUIDES:
         pyro.clear_param_store()
-        make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, width=6)(x, idx)
+        build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), N, X_DIM, Z_DIM, HIDDEN, width=6)(x, idx)
         store = pyro.get_param_store()
         names[guide_name] = {k: tuple(store[k].shape) for k in store.keys()}
     theta = {"%s.%s" % (site, part): shape for site, shape in SHAPES.items() for part in ("loc", "scale")}
     for params in names.values():
         assert {k: v for k, v in params.items() if k.startswith("decoder.")} == theta
     assert names["per-datapoint"]["z.loc"] == (N, Z_DIM) and names["shared"]["z.loc"] == (Z_DIM,)
-    assert names["amortized"]["encoder$$$body.0.weight"] == (6, X_DIM)
+    assert names["amortized"]["encoder$$$body.0.weight"] == (6, X_DIM) and names["semi-amortized"] == names["amortized"]
     assert pyro.get_param_store()["decoder.w1.scale"].allclose(torch.tensor(0.1353352832))  # e^-2
 
 
