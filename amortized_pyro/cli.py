@@ -136,13 +136,24 @@ def comma_list(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
+def summary_text(results, threshold):
+    """summary.md: the per-configuration table, the failures, and the gap table where gaps were measured."""
+    from .gap import format_reports
+    from .results import format_summary
+
+    text = format_summary(results.summary(threshold), threshold, results.failures)
+    if results.gaps:
+        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
+                 "first seed of each configuration):\n\n" + format_reports(results.gaps))
+    return text
+
+
 def write_comparison(results, out, threshold):
     """results.jsonl, summary.md and every figure into ``out``; prints the summary table."""
     from .plots import plot_all
-    from .results import format_summary
 
     results.save(out / "results.jsonl")
-    table = format_summary(results.summary(threshold), threshold, results.failures)
+    table = summary_text(results, threshold)
     (out / "summary.md").write_text(table + "\n")
     if not results.rows:
         raise AmortizedPyroError("every run of the grid failed (see %s)" % (out / "summary.md"))
@@ -188,9 +199,13 @@ def mse_threshold_option(command):
               help="GPUs each run's Ray task asks for  [default: 1 where the runs use CUDA, else 0].")
 @click.option("--ray-retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
+@click.option("--gap-images", default=0, show_default=True, type=click.IntRange(min=0),
+              help="After training, measure the amortization and approximation gaps of each configuration's first "
+                   "seed on this many training and test images (M 4, K 1000, q* up to 3,000 steps, refinement "
+                   "0/5/20/100 steps; as the gap command); 0 = not.")
 @friendly_errors
 def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, overwrite, allow_sample,
-                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, **options):
+                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     from .experiments import compare
 
@@ -201,7 +216,7 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
     try:
         results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
-                          executor=executor, ray_options=ray_options, **settings)
+                          executor=executor, ray_options=ray_options, gap_images=gap_images, **settings)
     except Interrupted as e:
         e.args = ("interrupted by %s: finished runs are kept in %s; run the same command again to resume (the "
                   "interrupted run continues from its checkpoint)" % (signal.Signals(e.signum).name, out),)
@@ -218,13 +233,12 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
 def plot_command(results_file, out, mse_threshold):
     """Redraw every figure (and summary.md) from a saved results.jsonl alone."""
     from .plots import plot_all
-    from .results import Results, format_summary
+    from .results import Results
 
     results = Results.load(results_file)
     out = Path(out) if out else Path(results_file).parent
     paths = plot_all(results, out, mse_threshold)
-    (out / "summary.md").write_text(format_summary(results.summary(mse_threshold), mse_threshold, results.failures)
-                                    + "\n")
+    (out / "summary.md").write_text(summary_text(results, mse_threshold) + "\n")
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 

@@ -7,6 +7,7 @@ ones asked for (:func:`plan`). The runs go one after another in this process or 
 (:mod:`amortized_pyro.executors`); either way the results are one
 :class:`~amortized_pyro.results.Results` table, assembled in grid order.
 """
+import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from .config import FitConfig, check_values, first_difference
 from .data import load_data
 from .errors import AmortizedPyroError
 from .executors import Job, run_local, run_ray
+from .gap import GapSettings, measure_run
 from .guides import ENCODER_GUIDES, GUIDES
 from .results import Results, label, slug
 from .runs import RunWriter, read_info, run_status
@@ -50,9 +52,35 @@ def plan(job, overwrite):
                                  % (job.run_dir, difference))
 
 
+COMPARE_GAP = GapSettings(M=4, K=1000, samples=100, max_steps=3000)
+COMPARE_REFINE = (0, 5, 20, 100)
+
+
+def gap_reports(job, n_images, overwrite, log):
+    """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
+    with these settings, else measured now (:func:`amortized_pyro.gap.measure_run`) and saved there."""
+    reports = []
+    for split in ("train", "test"):
+        path = Path(job.run_dir) / ("gap-%s.json" % split)
+        images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
+        if path.exists():
+            report = json.loads(path.read_text())
+            if (report["settings"], report["n_images"], [r["steps"] for r in report["refinement"]]) == \
+                    (asdict(COMPARE_GAP), images, list(COMPARE_REFINE)):
+                reports.append(report)
+                continue
+            if not overwrite:
+                raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
+        log("measuring the gaps of %s on %s images" % (job.name(), split))
+        report = measure_run(job.run_dir, split, n_images, COMPARE_GAP, COMPARE_REFINE, job.config.device, log)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        reports.append(report)
+    return reports
+
+
 def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
             study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
-            executor="local", ray_options=None, **config):
+            executor="local", ray_options=None, gap_images=0, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
@@ -61,6 +89,8 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
     diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an error
     unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``). ``executor``
     is "local" or "ray" (``ray_options``: address, cpus_per_run, gpus_per_run, retries; needs ``out``).
+    ``gap_images`` > 0 measures, once training is done, the amortization and approximation gaps of each
+    configuration's first seed on its first ``gap_images`` training and test images (:func:`gap_reports`).
     """
     base = FitConfig(**config).check()
     grid = configurations(list(guides), list(widths))
@@ -69,8 +99,8 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
     if executor not in EXECUTORS:
         raise AmortizedPyroError("unknown executor %r: choose local or ray" % executor)
     out = Path(out) if out else None
-    if executor == "ray" and out is None:
-        raise AmortizedPyroError("the Ray executor writes every run into --out: give one")
+    if (executor == "ray" or gap_images) and out is None:
+        raise AmortizedPyroError("the Ray executor and the gap measurements need run directories: give --out")
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -100,7 +130,13 @@ def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), data
         results = assemble(jobs, finished, study, seeds[0])
         if out:
             results.save(out / "results.jsonl")
-    return assemble(jobs, finished, study, seeds[0])
+    results = assemble(jobs, finished, study, seeds[0])
+    if gap_images:
+        for job in jobs:
+            if job.seed == seeds[0] and not isinstance(finished.get(id(job)), str):
+                results.gaps.extend(gap_reports(job, gap_images, overwrite, log))
+                results.save(out / "results.jsonl")
+    return results
 
 
 def assemble(jobs, finished, study, first_seed):

@@ -8,7 +8,7 @@
     fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
-    gap_figure          (from ``gap`` reports) the amortization gap against encoder width, train and test,
+    fig7_gaps           (with measured gaps; also from ``gap`` reports) the amortization gap against encoder width, train and test,
                         with F-VI and constant-VI as reference lines, and the gap left after k refinement steps
 
 Curves show the mean over seeds with a band from the minimum to the maximum seed.
@@ -209,6 +209,9 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
             paths.append(path)
     paths.append(out / "fig6_elbo_seeds.png")
     seeds_figure(results, paths[-1])
+    if results.gaps:
+        paths.append(out / "fig7_gaps.png")
+        gap_figure(results.gaps, paths[-1])
     return paths
 
 

@@ -3,7 +3,9 @@
 Rows (``kind``): ``metrics``, one per (dataset, configuration, seed, evaluated epoch) with the ELBO, the
 plug-in and predictive reconstruction MSEs (train and test) and training time; ``reconstruction``, a few
 reconstructed images per configuration; ``baseline``, per dataset, the MSE of the mean training image (the
-reconstruction that ignores z). All live in one JSON-lines file, which ``plot`` reads alone.
+reconstruction that ignores z); ``failure``, a run that did not finish; ``gap``, a configuration's measured
+amortization and approximation gaps on training or test images. All live in one JSON-lines file, which
+``plot`` reads alone.
 
 Whether z carries information is read off the ratio of the final train plug-in MSE to the mean image's:
 "yes" at 0.5 or below, "partly" up to 0.9, "no" above (the reconstructions are then the mean image).
@@ -56,11 +58,12 @@ def _nan(value):
 class Results:
     """The comparison's tidy ``rows`` (dicts), ``reconstructions`` and ``baselines``; saved as JSON lines."""
 
-    def __init__(self, rows=(), reconstructions=(), baselines=(), failures=()):
+    def __init__(self, rows=(), reconstructions=(), baselines=(), failures=(), gaps=()):
         self.rows = list(rows)
         self.reconstructions = list(reconstructions)
         self.baselines = list(baselines)
         self.failures = list(failures)
+        self.gaps = list(gaps)  # reports of amortized_pyro.gap.measure_run, one per configuration and split
 
     def add_failure(self, dataset, name, seed, error):
         """A run of the grid that did not finish (diverged, bad data): reported, not averaged."""
@@ -108,7 +111,10 @@ class Results:
 
     def save(self, path):
         with open(path, "w") as f:
-            for row in self.rows + self.baselines + self.failures + self.reconstructions:
+            gaps = [dict({k: v for k, v in g.items() if k != "per_image"}, kind="gap",
+                         refinement=[{k: v for k, v in r.items() if k != "per_image"} for r in g["refinement"]])
+                    for g in self.gaps]
+            for row in self.rows + self.baselines + self.failures + gaps + self.reconstructions:
                 f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                                     for k, v in row.items()}) + "\n")
 
@@ -127,7 +133,7 @@ class Results:
             raise AmortizedPyroError("%s holds no metrics rows" % path)
         baselines = [{k: _nan(v) for k, v in r.items()} for r in lines if r.get("kind") == "baseline"]
         return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines,
-                   [r for r in lines if r.get("kind") == "failure"])
+                   [r for r in lines if r.get("kind") == "failure"], [r for r in lines if r.get("kind") == "gap"])
 
     def runs(self):
         """{(dataset, label, seed): [rows in epoch order]}."""

@@ -105,3 +105,21 @@ def test_compare_and_plot_commands(tmp_path):
     assert bad.exit_code == 2 and "widths" in bad.output
     missing = CliRunner().invoke(cli, ["plot", str(tmp_path / "nothing.jsonl")])
     assert missing.exit_code == 1 and missing.output.strip().splitlines()[-1].startswith("Error: no results file")
+
+
+def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch):
+    args = ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0,1", "--dataset",
+            "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8",
+            "--z-dim", "3", "--predictive-draws", "0", "--gap-images", "5", "--no-progress", "--device", "cpu",
+            "--out", str(tmp_path / "cmp")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    gaps = Results.load(tmp_path / "cmp" / "results.jsonl").gaps
+    assert sorted((g["label"], g["split"], g["seed"]) for g in gaps) == [
+        ("A-VI k=4", "test", 0), ("A-VI k=4", "train", 0), ("F-VI", "test", 0), ("F-VI", "train", 0)]
+    fvi_test = next(g for g in gaps if g["label"] == "F-VI" and g["split"] == "test")
+    assert fvi_test["amortization_gap"] is None and fvi_test["elbo_optimized"]["stderr"] > 0  # test-time F-VI
+    assert "| A-VI k=4 | test | 5 |" in (tmp_path / "cmp" / "summary.md").read_text()
+    assert (tmp_path / "cmp" / "fig7_gaps.png").exists()
+    monkeypatch.setattr(experiments, "measure_run", lambda *a, **k: pytest.fail("a saved gap report was measured again"))
+    assert CliRunner().invoke(cli, args).exit_code == 0
