@@ -166,7 +166,9 @@ class Results:
             reference = next((r for r in table if r["dataset"] == row["dataset"] and r["label"] == "F-VI"), None)
             gap = reference["elbo_per_obs"][0] - row["elbo_per_obs"][0] if reference else math.nan
             row["gap_to_fvi"] = gap
-            row["gap_to_fvi_percent"] = 100 * gap / abs(reference["elbo_per_obs"][0]) if reference else math.nan
+            # a percentage of |ELBO| means nothing once the ELBO can be positive (a sharp normal likelihood)
+            negative = reference is not None and reference["elbo_per_obs"][0] < 0
+            row["gap_to_fvi_percent"] = 100 * gap / abs(reference["elbo_per_obs"][0]) if negative else math.nan
         return sorted(table, key=lambda r: (r["dataset"], display_order(r["label"])))
 
 
