@@ -156,7 +156,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
                  "amortization_gap": None if elbo_guide is None else elbo_optimized - elbo_guide,
                  "approximation_gap": log_px - elbo_optimized}
     refined = []
-    for k in refine_steps:
+    for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         k_loc, k_scale, _ = optimize(model, guide, x, start_loc, start_log_scale, settings, generator, steps=k) \
             if k else (start[0], start[1], 0)
         left = elbo_optimized - local_elbo(model, x, k_loc, k_scale, thetas, settings.samples, generator)
@@ -203,7 +203,7 @@ def format_reports(reports):
              "| gap left after 5 / 20 / 100 refinement steps | plug-in MSE with q* |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(reports, key=lambda r: (display_order(r["label"]), r["split"] != "train")):
-        refined = {row["steps"]: row["gap_left"] for row in r["refinement"]}
+        refined = {row["steps"]: row["gap_left"] for row in r["refinement"]} if r["elbo_guide"] else {}
         lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %.4f |" % (
             r["label"], r["split"], r["n_images"], pm(r["elbo_guide"]), pm(r["elbo_optimized"]), pm(r["log_px"]),
             pm(r["amortization_gap"]), pm(r["approximation_gap"]),

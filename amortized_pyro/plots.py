@@ -232,7 +232,8 @@ def gap_figure(reports, path):
                              lw=1, label="%s, %s images" % (r["label"], split))
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
              title="Amortization gap (mean ± s.e. over images)")
-    for r in sorted((r for r in reports if r["refinement"]), key=lambda r: (r["split"], display_order(r["label"]))):
+    refinable = (r for r in reports if r["refinement"] and r["elbo_guide"])  # from the guide's own factor
+    for r in sorted(refinable, key=lambda r: (r["split"], display_order(r["label"]))):
         steps = [max(row["steps"], 0.5) for row in r["refinement"]]
         right.plot(steps, [row["gap_left"]["mean"] for row in r["refinement"]], marker="o",
                    ls="-" if r["split"] == "test" else "--", label="%s, %s" % (r["label"], r["split"]))
