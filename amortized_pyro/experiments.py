@@ -65,7 +65,7 @@ def gap_reports(job, n_images, overwrite, log):
         images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
         if path.exists():
             report = json.loads(path.read_text())
-            if (report["settings"], report["n_images"], [r["steps"] for r in report["refinement"]]) == \
+            if (report["settings"], report["n_images"], report.get("refine_steps")) == \
                     (asdict(COMPARE_GAP), images, list(COMPARE_REFINE)):
                 reports.append(report)
                 continue

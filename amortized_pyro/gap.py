@@ -165,7 +165,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     with torch.no_grad():
         plugin = model.observation_mean(decode(loc, {k: v.detach() for k, v in theta_mean.items()}))
     result = {name: summarize(values) for name, values in per_image.items()}
-    result.update(settings=asdict(settings), optimizer_steps=steps, refinement=refined,
+    result.update(settings=asdict(settings), optimizer_steps=steps, refine_steps=list(refine_steps), refinement=refined,
                   optimized_plugin_mse=(x - plugin).pow(2).mean().item(),
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})
     return result
