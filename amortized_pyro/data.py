@@ -35,12 +35,15 @@ class Data:
         return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name)
 
     def fingerprint(self):
-        """SHA-256 of the training and test images (float32), to tell whether a run saw these images."""
-        digest = hashlib.sha256()
-        for x in (self.train, self.test):
-            digest.update(str(tuple(x.shape)).encode())
-            digest.update(x.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return digest.hexdigest()
+        """SHA-256 of the training and test images (float32), to tell whether a run saw these images;
+        computed once per Data (a comparison asks for it for every run)."""
+        if "_fingerprint" not in self.__dict__:
+            digest = hashlib.sha256()
+            for x in (self.train, self.test):
+                digest.update(str(tuple(x.shape)).encode())
+                digest.update(x.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+            self.__dict__["_fingerprint"] = digest.hexdigest()
+        return self.__dict__["_fingerprint"]
 
     def binarize(self, seed):
         """Each pixel drawn once as Bernoulli(intensity), reproducibly from ``seed``."""

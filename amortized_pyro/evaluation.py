@@ -46,16 +46,15 @@ def predict(model, guide, x, idx, draws, generator):
     if x.shape[0] == 0:
         return None
     q_theta = guide.theta.params(x.device)
+    chunks = [slice(start, start + EVAL_BATCH) for start in range(0, x.shape[0], EVAL_BATCH)]
+    factors = [guide.factor(x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
+    if any(factor is None for factor in factors):
+        return None
     total = torch.zeros_like(x)
     for _ in range(draws):
         theta = {name: loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
                  for name, (loc, scale) in q_theta.items()}
-        for start in range(0, x.shape[0], EVAL_BATCH):
-            rows = slice(start, start + EVAL_BATCH)
-            factor = guide.factor(x[rows], None if idx is None else idx[rows])
-            if factor is None:
-                return None
-            loc, scale = factor
+        for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
             total[rows] += model.observation_mean(decode(z, theta))
     return total / draws
