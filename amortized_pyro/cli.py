@@ -17,13 +17,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from .comparison import WIDTHS, compare
 from .config import FitConfig, check_values
-from .errors import AmortizedPyroError, Interrupted
-from .gap import THETA_MODES, GapSettings
-from .options import FiniteFloat, config_file_option, config_options
+from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, RunExists
+from .fitting import fit, measure_run, prepare_data, resume
+from .gap import GapSettings
 from .guides import ENCODER_GUIDES, GUIDES
-from .results import slug
-from .train import fit, prepare_data, resume
+from .options import FiniteFloat, config_file_option, option_name, settings_options
+from .reports import format_gap, format_reports, summary_text
+from .results import MSE_THRESHOLD, Results, slug
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -47,10 +49,9 @@ def friendly_errors(command):
         except Exception as e:
             if debugging():
                 raise
-            if isinstance(e, Interrupted):
-                code = e.exit_code
+            code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
             if isinstance(e, AmortizedPyroError):
-                message = str(e)
+                message = hint(e)
             elif isinstance(e, MemoryError):
                 message = "out of memory: try a smaller --n-obs or --batch-size"
             elif isinstance(e, (RuntimeError, OSError, ValueError)):  # torch's own, e.g. CUDA out of memory
@@ -62,6 +63,23 @@ def friendly_errors(command):
         click.echo("Error: %s" % message, err=True)
         sys.exit(code)
     return wrapper
+
+
+PROG = "python -m amortized_pyro"
+
+
+def hint(error):
+    """The error's line, with how to go on from the command line where there is a way."""
+    if isinstance(error, FixedSettings):
+        return "--resume continues a run as it was defined: it cannot change %s (only %s)" % (
+            ", ".join(map(option_name, error.fields)), ", ".join(map(option_name, error.allowed)))
+    if isinstance(error, Interrupted) and error.out:
+        return "%s: resume with %s fit --resume %s" % (error, PROG, error.out)
+    if isinstance(error, Diverged) and error.out:
+        return "%s: continue it with a lower learning rate, %s fit --resume %s --lr LR" % (error, PROG, error.out)
+    if isinstance(error, RunExists):
+        return "%s: use --resume %s to continue it or --overwrite to replace it" % (error, error.out)
+    return str(error)
 
 
 def default_out(config, data):
@@ -95,7 +113,7 @@ def overwrite_option(command):
 
 @cli.command("fit")
 @config_file_option
-@config_options(grid=True)
+@settings_options(FitConfig, grid=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME-XXXX, unique).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
@@ -136,18 +154,6 @@ def comma_list(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-def summary_text(results, threshold):
-    """summary.md: the per-configuration table, the failures, and the gap table where gaps were measured."""
-    from .gap import format_reports
-    from .results import format_summary
-
-    text = format_summary(results.summary(threshold), threshold, results.failures)
-    if results.gaps:
-        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
-                 "first seed of each configuration):\n\n" + format_reports(results.gaps))
-    return text
-
-
 def write_comparison(results, out, threshold):
     """results.jsonl, summary.md and every figure into ``out``; prints the summary table."""
     from .plots import plot_all
@@ -163,7 +169,7 @@ def write_comparison(results, out, threshold):
 
 
 def mse_threshold_option(command):
-    return click.option("--mse-threshold", default=0.07, show_default=True, type=FiniteFloat(min=0, min_open=True),
+    return click.option("--mse-threshold", default=MSE_THRESHOLD, show_default=True, type=FiniteFloat(min=0, min_open=True),
                         help="Train plug-in MSE that counts as 'reached' in the speed figure and table.")(command)
 
 
@@ -171,7 +177,7 @@ def mse_threshold_option(command):
 @config_file_option
 @click.option("--guides", default=",".join(GUIDES), show_default=True, callback=comma_list,
               help="Comma-separated guides to compare.")
-@click.option("--widths", default="1,64,128,256", show_default=True, callback=comma_list,
+@click.option("--widths", default=",".join(map(str, WIDTHS)), show_default=True, callback=comma_list,
               help="Comma-separated encoder widths for the amortized guide.")
 @click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=comma_list,
               help="Comma-separated seeds (initialisation and sampling; the data subset is fixed by --data-seed).")
@@ -181,7 +187,7 @@ def mse_threshold_option(command):
               help="Seed of the training/test subsets (and binarization), the same for every configuration.")
 @click.option("--study", default="compare", show_default=True, help="Name of the study, shown in figure titles.")
 @mse_threshold_option
-@config_options(grid=False)
+@settings_options(FitConfig, grid=False)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: runs/compare-TIME-XXXX). Re-running with the same --out reuses "
                    "finished runs and resumes interrupted ones whose config and data match.")
@@ -207,8 +213,6 @@ def mse_threshold_option(command):
 def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, overwrite, allow_sample,
                     executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
-    from .experiments import compare
-
     settings, extra = split_config(options)
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
                        retries=ray_retries)
@@ -218,9 +222,11 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
                           executor=executor, ray_options=ray_options, gap_images=gap_images, **settings)
     except Interrupted as e:
-        e.args = ("interrupted by %s: finished runs are kept in %s; run the same command again to resume (the "
-                  "interrupted run continues from its checkpoint)" % (signal.Signals(e.signum).name, out),)
-        raise
+        stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again to "
+                                     "resume (the interrupted run continues from its checkpoint)"
+                                     % (signal.Signals(e.signum).name, out))
+        stopped.exit_code = e.exit_code
+        raise stopped from None
     write_comparison(results, out, mse_threshold)
 
 
@@ -233,7 +239,6 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
 def plot_command(results_file, out, mse_threshold):
     """Redraw every figure (and summary.md) from a saved results.jsonl alone."""
     from .plots import plot_all
-    from .results import Results
 
     results = Results.load(results_file)
     out = Path(out) if out else Path(results_file).parent
@@ -242,27 +247,26 @@ def plot_command(results_file, out, mse_threshold):
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 
+def step_counts(ctx, param, value):
+    """--refine-steps: comma-separated whole numbers >= 0."""
+    try:
+        steps = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
+    if any(k < 0 for k in steps):
+        raise click.BadParameter("step counts must be >= 0, got %r" % value)
+    return steps
+
+
 @cli.command("gap")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
               help="Measure on the run's training images or its held-out ones.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The first N images of the split.")
-@click.option("--K", "K", default=GapSettings.K, show_default=True, type=click.IntRange(min=1),
-              help="Importance samples per image and θ draw for log p(x_n).")
-@click.option("--M", "M", default=GapSettings.M, show_default=True, type=click.IntRange(min=1),
-              help="Draws of θ ~ q(θ) shared by every quantity (with --theta sample).")
-@click.option("--theta", type=click.Choice(THETA_MODES), default=GapSettings.theta, show_default=True,
-              help="sample: M draws of θ ~ q(θ); mean: θ = E_q[θ].")
-@click.option("--samples", default=GapSettings.samples, show_default=True, type=click.IntRange(min=1),
-              help="z draws per image and θ draw for each local ELBO.")
-@click.option("--lr", default=GapSettings.lr, show_default=True, type=FiniteFloat(min=0, min_open=True),
-              help="Adam's learning rate for q* and refinement.")
-@click.option("--max-steps", default=GapSettings.max_steps, show_default=True, type=click.IntRange(min=1),
-              help="Cap on q*'s optimization (which stops earlier when 10 windows of 100 steps bring no gain).")
-@click.option("--refine-steps", default="", help="Comma-separated step counts, e.g. 0,5,20,100: the gap left "
-              "after that many steps from the guide's factor.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seeds every draw of the evaluation.")
+@settings_options(GapSettings, progress=False)
+@click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
+              "0,5,20,100: the gap left after that many steps from the guide's factor.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Where to write the results (default: RUN_DIR/gap.json).")
@@ -271,33 +275,14 @@ def plot_command(results_file, out, mse_threshold):
 def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, **settings):
     """Measure the amortization and approximation gaps of a finished run, per image, with standard errors:
     L_n(guide), L_n(q*), log p(x_n) (importance-weighted), and their differences."""
-    from .gap import measure_run
 
-    steps = [int(v) for v in refine_steps.split(",") if v.strip()] if refine_steps else []
     out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
     if out_file.exists() and not overwrite:
         raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
-    report = measure_run(run_dir, split, n_images, GapSettings(**settings), steps, device, stderr_log)
+    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     click.echo(format_gap(report))
     click.echo("wrote %s" % out_file)
-
-
-def format_gap(report):
-    """The gap report as a small table, nats per image, mean ± standard error over the images."""
-    lines = ["%s images of %s (%s split), K = %d, theta = %s%s, q* after %d steps" % (
-        report["n_images"], report["run"], report["split"], report["K"], report["theta"],
-        ", M = %d" % report["settings"]["M"] if report["theta"] == "sample" else "", report["optimizer_steps"]),
-        "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
-    for name in ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap"):
-        value = report[name]
-        lines.append("| %s | %s | %s |" % (name, "n/a (no factor for these images)" if value is None else
-                                            "%.3f" % value["mean"], "" if value is None else "%.3f" % value["stderr"]))
-    for row in report["refinement"]:
-        lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],
-                                                                            row["gap_left"]["stderr"]))
-    lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
-    return "\n".join(lines)
 
 
 @cli.command("gap-report")
@@ -305,7 +290,6 @@ def format_gap(report):
 @friendly_errors
 def gap_report_command(folder):
     """Gather the gap reports (*.json written by `gap`) in FOLDER into gap_summary.md and gap_figure.png."""
-    from .gap import format_reports
     from .plots import gap_figure
 
     paths = sorted(Path(folder).glob("*.json"))

@@ -1,8 +1,8 @@
 """What defines a run: :class:`FitConfig`, its checks, and study presets in TOML.
 
-Every field carries its help text and its range or choices (``metadata``); the command line's options are
-generated from them (:mod:`amortized_pyro.cli`), and :meth:`FitConfig.check` applies the same rules to
-configurations made in Python. A preset is a TOML file whose top-level keys are FitConfig fields (dashes
+Every field carries its help text and its range or choices (:func:`amortized_pyro.settings.option`); the
+command line's options are generated from them (:mod:`amortized_pyro.options`), and :meth:`FitConfig.check`
+applies the same rules to configurations made in Python. A preset is a TOML file whose top-level keys are FitConfig fields (dashes
 or underscores) and whose optional ``[compare]`` table holds a comparison's grid (``guides``, ``widths``,
 ``seeds``, ``datasets``, ``data_seed``, ``study``, ``mse_threshold``)::
 
@@ -13,12 +13,14 @@ or underscores) and whose optional ``[compare]`` table holds a comparison's grid
     widths = [1, 64, 128, 256]
 """
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 from .errors import AmortizedPyroError
-from .guides import GUIDES, QZ_INITS, THETA_INIT_SCALE
+from .guides import GUIDES, QZ_INITS
 from .model import LIKELIHOODS
+from .posterior import THETA_INIT_SCALE
+from .settings import Checked, field_error, option
 
 try:
     import tomllib
@@ -26,16 +28,6 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
-
-
-def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
-           parse=None, result=True):
-    """A FitConfig field with what its command-line option needs: help, range (low/high, open or closed),
-    choices or a ``parse`` function that raises ValueError on bad text; ``grid`` marks the fields that
-    ``compare`` takes as lists instead; ``result=False`` those that cannot change a run's numbers."""
-    return field(default=default, metadata=dict(help=help, low=low, open_low=open_low, high=high,
-                                                 open_high=open_high, choices=choices, grid=grid, parse=parse,
-                                                 result=result))
 
 
 def parse_every(text):
@@ -54,7 +46,7 @@ def parse_every(text):
 
 
 @dataclass
-class FitConfig:
+class FitConfig(Checked):
     """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
 
     guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
@@ -107,53 +99,15 @@ class FitConfig:
     eval_every: int = option(1, "Evaluate the reconstruction MSEs every this many epochs (and at the end).", low=1)
     predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
                                    "plug-in MSE only.", low=0)
-    jit: bool = option(True, "Compile the ELBO with torch.jit (JitTrace_ELBO, the same estimator with less "
-                       "Python per step); falls back to the plain one, saying so, where it does not compile.")
     checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
                                    "much training time (30s, 5m, 1h) or every this many epochs (10); also at the "
                                    "start, at the end and on SIGINT/SIGTERM.", parse=parse_every, result=False)
-
-    def check(self):
-        """Every field within its range or choices (the command line's own rules); returns self."""
-        for f in fields(self):
-            error = field_error(f, getattr(self, f.name))
-            if error:
-                raise AmortizedPyroError(error)
-        return self
 
     @classmethod
     def from_toml(cls, path, **overrides):
         """A FitConfig from a preset file's top-level keys, then ``overrides``."""
         settings, _ = read_preset(path)
         return replace(cls(**settings), **overrides).check()
-
-
-def option_name(name):
-    return "--" + name.replace("_", "-")
-
-
-def field_error(f, value):
-    """What is wrong with ``value`` for field ``f`` (a line naming the option), or None."""
-    m, name = f.metadata, option_name(f.name)
-    expected = f.type
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        return "%s expects a %s, got %r" % (name, expected.__name__, value)
-    if m["choices"] and value not in m["choices"]:
-        return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
-    if m["parse"]:
-        try:
-            m["parse"](value)
-        except ValueError:
-            return "%s: cannot read %r (%s)" % (name, value, m["parse"].__doc__.strip().splitlines()[0])
-    if expected is float and not math.isfinite(value):
-        return "%s must be a finite number, got %r" % (name, value)
-    if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
-        return "%s must be %s %g, got %r" % (name, ">" if m["open_low"] else ">=", m["low"], value)
-    if m["high"] is not None and (value > m["high"] or (m["open_high"] and value == m["high"])):
-        return "%s must be %s %g, got %r" % (name, "<" if m["open_high"] else "<=", m["high"], value)
-    return None
 
 
 def check_values(name, values):

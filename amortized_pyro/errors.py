@@ -1,4 +1,5 @@
-"""The exceptions the package raises for the user; the CLI prints each as a single line."""
+"""The exceptions the package raises for the user. Their messages speak of the run, never of command-line
+syntax: the CLI prints each as one line and adds how to go on there (:func:`amortized_pyro.cli.hint`)."""
 import signal
 
 
@@ -6,13 +7,39 @@ class AmortizedPyroError(Exception):
     """A user-facing error: bad option, missing or corrupt data, absent device, diverged run."""
 
 
+class Diverged(AmortizedPyroError):
+    """The loss turned non-finite at ``epoch``; ``out`` is the run directory (if any) and ``kept`` the epoch
+    of the last good checkpoint kept there."""
+
+    def __init__(self, epoch, loss, out=None, kept=None):
+        self.epoch, self.loss, self.out, self.kept = epoch, loss, out, kept
+        where = "" if out is None else "; the last good checkpoint (epoch %d) is kept in %s" % (kept, out)
+        super().__init__("training diverged at epoch %d (the loss is %s)%s" % (epoch, loss, where))
+
+
 class Interrupted(AmortizedPyroError):
-    """SIGINT or SIGTERM stopped a run after a finished epoch; what was finished is saved. ``exit_code``
-    is the shell's 128 + signal number (130 for SIGINT, 143 for SIGTERM)."""
+    """SIGINT or SIGTERM stopped a run after a finished epoch; what was finished is saved in ``out`` (if
+    any). ``exit_code`` is the shell's 128 + signal number (130 for SIGINT, 143 for SIGTERM)."""
 
     def __init__(self, signum, epoch, out=None):
         self.signum, self.epoch, self.out = signum, epoch, out
         self.exit_code = 128 + signum
-        where = ("; checkpointed: resume with python -m amortized_pyro fit --resume %s" % out) if out else \
-            " (no run directory: nothing was saved)"
+        where = "; checkpointed in %s" % out if out else " (no run directory: nothing was saved)"
         super().__init__("interrupted by %s after epoch %d%s" % (signal.Signals(signum).name, epoch, where))
+
+
+class FixedSettings(AmortizedPyroError):
+    """A resume asked to change ``fields``, which define the run; only ``allowed`` may change."""
+
+    def __init__(self, fields, allowed):
+        self.fields, self.allowed = list(fields), list(allowed)
+        super().__init__("a resumed run keeps its definition: it cannot change %s (only %s)"
+                         % (", ".join(self.fields), ", ".join(self.allowed)))
+
+
+class RunExists(AmortizedPyroError):
+    """``out`` holds a run already (``status``: started, partial or finished)."""
+
+    def __init__(self, out, status):
+        self.out, self.status = out, status
+        super().__init__("%s holds a run already (%s)" % (out, status))

@@ -9,7 +9,7 @@ the MSE is mean_{n,d} (x_nd − x̂_nd)². Ω is nonlinear, so the plug-in image
 the reconstruction; the predictive one estimates it with S draws (``predictive_draws``), its MSE biased
 upwards by the Monte Carlo variance / S. A model whose plug-in MSE is near the mean image's does not use
 z. Held-out images need q(z_n) for an image the guide never saw: the amortized and shared families have
-one, the per-datapoint family has none (its test MSEs are missing until test-time inference exists).
+one, the per-datapoint family has none (its test MSEs are missing; ``gap`` infers them with q(θ) frozen).
 The predictive draws come from their own generator, so evaluating never changes a run's training.
 """
 import math
@@ -45,15 +45,13 @@ def predict(model, guide, x, idx, draws, generator):
     (θ, z) from q, or None where the guide has no q(z) for these images, or there are none."""
     if x.shape[0] == 0:
         return None
-    q_theta = guide.theta.params(x.device)
     chunks = [slice(start, start + EVAL_BATCH) for start in range(0, x.shape[0], EVAL_BATCH)]
     factors = [guide.factor(x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
     if any(factor is None for factor in factors):
         return None
     total = torch.zeros_like(x)
     for _ in range(draws):
-        theta = {name: loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
-                 for name, (loc, scale) in q_theta.items()}
+        theta = guide.theta.sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
             total[rows] += model.observation_mean(decode(z, theta))

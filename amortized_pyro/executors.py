@@ -1,7 +1,7 @@
 """Running a comparison's runs: one after another in this process (``local``), or as Ray tasks (``ray``).
 
 Both take the same jobs and yield ``(job, outcome)`` as runs end, the outcome a
-:class:`~amortized_pyro.train.FitResult` or, for a run that failed for its own reasons (it diverged, its
+:class:`~amortized_pyro.fitting.FitResult` or, for a run that failed for its own reasons (it diverged, its
 data are bad), the error's message. A job is executed by :func:`execute`, which can be called again on
 the same run directory at any time: a finished run is loaded, a checkpointed one resumed, anything else
 trained from the start. That is what lets Ray retry a task whose worker died: the retry resumes the run
@@ -18,7 +18,7 @@ from .config import FitConfig
 from .errors import AmortizedPyroError, Interrupted
 from .process import StopSignals
 from .runs import run_status
-from .train import fit, load_run, resume
+from .fitting import fit, load_run, resume
 
 RAY_INSTALL = "the Ray executor needs Ray: pip install -e \".[ray]\" (or pip install \"ray>=2.9\")"
 
@@ -41,7 +41,7 @@ class Job:
 def execute(config, data, run_dir, progress=False, log=print):
     """The run ``config`` in ``run_dir``: loaded where finished, resumed where checkpointed, else trained
     (over a run that never reached its first checkpoint). The caller has checked that a run already there
-    is this one (:func:`amortized_pyro.experiments.plan`)."""
+    is this one (:func:`amortized_pyro.comparison.plan`)."""
     status = run_status(run_dir) if run_dir else "empty"
     if status == "finished":
         return load_run(run_dir, config.device)

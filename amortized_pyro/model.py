@@ -23,6 +23,8 @@ import pyro
 import pyro.distributions as dist
 from pyro import poutine
 
+from .modules import LocalModule
+
 LEAKY_SLOPE = 0.2
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -43,8 +45,8 @@ class FixedScaleNormal(dist.Normal):
         return FixedScaleNormal(self.loc.expand(batch_shape), self.fixed_scale, validate_args=False)
 
     def log_prob(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
+        if dist.is_validation_enabled():  # torch's own formula, with its checks of the value
+            return super().log_prob(value)
         return (value - self.loc).square().mul(-0.5 / self.fixed_scale ** 2).sub(math.log(self.fixed_scale)
                                                                                   + HALF_LOG_2PI)
 
@@ -98,12 +100,14 @@ def kl_scaled(kl_scale):
     return contextlib.nullcontext() if kl_scale is None else poutine.scale(scale=kl_scale)
 
 
-class BayesianDecoderModel:
+class BayesianDecoderModel(LocalModule):
     """The Pyro model ``model(x, idx, kl_scale=None)``: x is a minibatch [B, x_dim], idx its indices [B]
-    among N, kl_scale an optional warm-up weight β of the latent sites (see the module docstring)."""
+    among N, kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
+    no parameters: every weight of the decoder is a latent variable."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
                  likelihood="normal"):
+        super().__init__()
         self.n_obs = n_obs
         self.x_dim = x_dim
         self.z_dim = z_dim
@@ -134,7 +138,7 @@ class BayesianDecoderModel:
             theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
-    def __call__(self, x, idx, kl_scale=None):
+    def forward(self, x, idx, kl_scale=None):
         zero = x.new_zeros(())
         with kl_scaled(kl_scale):
             theta = self.sample_decoder(zero)

@@ -1,13 +1,13 @@
-"""click options generated from :class:`~amortized_pyro.config.FitConfig`'s fields (help, range, choices), and
-``--config FILE``, which reads a TOML preset into click's ``default_map`` so that options given on the
-command line override it."""
+"""click options generated from the fields of a settings dataclass (:class:`~amortized_pyro.config.FitConfig`,
+:class:`~amortized_pyro.gap.GapSettings`: help, range, choices), and ``--config FILE``, which reads a TOML
+preset into click's ``default_map`` so that options given on the command line override it."""
 import functools
 import math
 from dataclasses import fields
 
 import click
 
-from .config import FitConfig, option_name, read_preset
+from .config import read_preset
 from .errors import AmortizedPyroError
 
 
@@ -21,8 +21,12 @@ class FiniteFloat(click.FloatRange):
         return value
 
 
+def option_name(name):
+    return "--" + name.replace("_", "-")
+
+
 def field_option(f):
-    """The click option of one FitConfig field: its type, range or choices, default and help."""
+    """The click option of one settings field: its type, range or choices, default and help."""
     m = f.metadata
     if f.type is bool:
         name = f.name.replace("_", "-")
@@ -40,12 +44,13 @@ def field_option(f):
                         help=m["help"])
 
 
-def config_options(grid):
-    """Decorator adding an option per FitConfig field: every field (``grid=True``, for ``fit``) or all but
-    those that ``compare`` takes as lists."""
-    options = [field_option(f) for f in fields(FitConfig) if grid or not f.metadata["grid"]]
-    options.append(click.option("--progress/--no-progress", default=True, show_default=True,
-                                help="Show a progress bar."))
+def settings_options(settings, grid=True, progress=True):
+    """Decorator adding an option per field of the dataclass ``settings``: every field (``grid=True``) or
+    all but those that ``compare`` takes as lists; and ``--progress/--no-progress`` where ``progress``."""
+    options = [field_option(f) for f in fields(settings) if grid or not f.metadata["grid"]]
+    if progress:
+        options.append(click.option("--progress/--no-progress", default=True, show_default=True,
+                                    help="Show a progress bar."))
     return lambda command: functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
 
 

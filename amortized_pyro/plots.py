@@ -21,8 +21,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .guides import ENCODER_GUIDES  # noqa: E402
-from .results import MSE_THRESHOLD, display_order, iterations_to, ms_per_epoch, slug  # noqa: E402
+from .guides import ENCODER_GUIDES, FAMILIES, display_order  # noqa: E402
+from .results import MSE_THRESHOLD, iterations_to, ms_per_epoch, slug  # noqa: E402
+
+COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
+
+
+def _save(fig, path):
+    """Write ``fig`` to ``path`` and release it from pyplot; returns the figure (its artists stay readable)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig
 
 
 def _curves(results, dataset, key):
@@ -49,11 +59,14 @@ def _title(results, dataset, what):
 
 
 def _colors(names):
-    """A-VI widths along viridis, SA-VI widths along plasma, F-VI red, constant-VI gray."""
-    colors = {"F-VI": "tab:red", "constant-VI": "tab:gray"}
-    for family, cmap in (("A-VI ", plt.get_cmap("viridis")), ("SA-VI ", plt.get_cmap("plasma"))):
-        members = [n for n in names if n.startswith(family)]
-        colors.update({n: cmap(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
+    """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
+    families in fixed colours (F-VI red, constant-VI gray)."""
+    fixed = iter(("tab:red", "tab:gray", "tab:brown", "tab:pink"))
+    colors = {f.label: next(fixed) for f in FAMILIES.values() if not f.encoder}
+    encoders = [f.label for f in FAMILIES.values() if f.encoder]
+    for family, cmap in zip(encoders, COLORMAPS):
+        members = [n for n in names if n.startswith(family + " ")]
+        colors.update({n: plt.get_cmap(cmap)(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
     return colors
 
 
@@ -67,7 +80,7 @@ def set_log_scale(ax, values):
         ax.set_yscale("log")
 
 
-def curve_figure(results, keys, ylabel, what, path, log=False, negate=False, baseline=None):
+def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=False, baseline=None):
     """One panel per dataset: the mean over seeds of each key in ``keys`` (solid, then dotted) against epoch,
     with a min–max band; ``baseline`` names the mean-image key to draw as a dashed line."""
     datasets = sorted({r["dataset"] for r in results.rows})
@@ -90,13 +103,11 @@ def curve_figure(results, keys, ylabel, what, path, log=False, negate=False, bas
             ax.axhline(reference[baseline], color="black", ls="--", lw=1, label="mean training image (ignores z)")
         ax.set(xlabel="epoch", ylabel=ylabel, title=_title(results, dataset, what))
         ax.title.set_fontsize(9)
-        if log:
+        if log_scale:
             set_log_scale(ax, plotted)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
 def speed_figure(results, path, threshold=MSE_THRESHOLD):
@@ -127,15 +138,14 @@ def speed_figure(results, path, threshold=MSE_THRESHOLD):
         for a in axes[:, col]:
             a.tick_params(axis="x", labelsize=8, rotation=20)
             a.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
 def reconstruction_figure(results, dataset, path):
+    """Originals and every configuration's reconstructions of ``dataset``, or None where none were saved."""
     recs = [r for r in results.reconstructions if r["dataset"] == dataset]
     if not recs:
-        return False
+        return None
     names = ["original"] + sorted({r["label"] for r in recs if r["label"] != "original"}, key=display_order)
     images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
     n = max(len(v) for v in images.values())
@@ -158,10 +168,7 @@ def reconstruction_figure(results, dataset, path):
                     ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
     fig.suptitle(_title(results, dataset, "Plug-in reconstructions m(Ω(E[z]; E[θ])); F-VI has no q(z) for test images"),
                  fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def seeds_figure(results, path):
@@ -187,9 +194,7 @@ def seeds_figure(results, path):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(_title(results, datasets[0], "−ELBO of every seed"), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)
 
 
 def plot_all(results, out, threshold=MSE_THRESHOLD):
@@ -197,15 +202,15 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "fig1_neg_elbo.png", out / "fig2_train_mse.png", out / "fig3_test_mse.png", out / "fig4_speed.png"]
-    curve_figure(results, ["elbo_per_obs"], "−ELBO per observation (nats)", "−ELBO", paths[0], log=True, negate=True)
+    curve_figure(results, ["elbo_per_obs"], "−ELBO per observation (nats)", "−ELBO", paths[0], log_scale=True, negate=True)
     for split, path in (("train", paths[1]), ("test", paths[2])):
         curve_figure(results, ["%s_plugin_mse" % split, "%s_predictive_mse" % split],
                      "%s reconstruction MSE" % split, "%s MSE: plug-in (solid), predictive (dotted)" % split.title(),
-                     path, log=True, baseline="%s_mse" % split)
+                     path, log_scale=True, baseline="%s_mse" % split)
     speed_figure(results, paths[3], threshold)
     for dataset in sorted({r["dataset"] for r in results.rows}):
         path = out / ("fig5_reconstructions_%s.png" % slug(dataset))
-        if reconstruction_figure(results, dataset, path):
+        if reconstruction_figure(results, dataset, path) is not None:
             paths.append(path)
     paths.append(out / "fig6_elbo_seeds.png")
     seeds_figure(results, paths[-1])
@@ -220,7 +225,7 @@ def gap_figure(reports, path):
     F-VI and constant-VI as horizontal lines; and the gap left after k refinement steps, per configuration."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for split, color in (("train", "tab:blue"), ("test", "tab:orange")):
-        for guide, style in (("amortized", "-"), ("semi-amortized", "--")):
+        for guide, style in zip(ENCODER_GUIDES, ("-", "--")):
             encoder = sorted((r for r in reports if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
             if encoder:
                 left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
@@ -243,6 +248,4 @@ def gap_figure(reports, path):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return _save(fig, path)

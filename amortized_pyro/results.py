@@ -1,4 +1,4 @@
-"""A comparison's results: one tidy table, its per-configuration summary and that summary in Markdown.
+"""A comparison's results: one tidy table and its per-configuration summary (in Markdown: reports.py).
 
 Rows (``kind``): ``metrics``, one per (dataset, configuration, seed, evaluated epoch) with the ELBO, the
 plug-in and predictive reconstruction MSEs (train and test) and training time; ``reconstruction``, a few
@@ -16,28 +16,12 @@ import re
 import statistics
 from pathlib import Path
 
-import torch
-
 from .errors import AmortizedPyroError
-from .evaluation import MSE_KEYS, mean_image_mse, reconstruct
-from .guides import ENCODER_GUIDES
+from .evaluation import MSE_KEYS, mean_image_mse
+from .guides import FAMILIES, display_order, label
 
-FAMILY = {"amortized": "A-VI", "semi-amortized": "SA-VI", "per-datapoint": "F-VI", "shared": "constant-VI"}
-N_IMAGES = 5
 MSE_THRESHOLD = 0.07
 INFORMATIVE, PARTLY = 0.5, 0.9
-
-
-def label(guide, width=None):
-    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64``, ``F-VI``,
-    ``constant-VI``."""
-    return "%s k=%d" % (FAMILY[guide], width) if guide in ENCODER_GUIDES else FAMILY[guide]
-
-
-def display_order(name):
-    """A-VI by width, SA-VI by width, then F-VI, then constant-VI."""
-    family, _, width = name.partition(" k=")
-    return (("A-VI", "SA-VI", "F-VI", "constant-VI").index(family), int(width or 0))
 
 
 def slug(text):
@@ -78,29 +62,22 @@ class Results:
     def baseline(self, dataset):
         return next((b for b in self.baselines if b["dataset"] == dataset), None)
 
-    def add_run(self, result, dataset, study, data, with_images=False):
-        """Add a finished run's evaluated epochs; ``with_images`` adds its plug-in reconstructions of the
-        first training and test images (and the originals, once per dataset)."""
+    def add_run(self, result, dataset, study, n_obs):
+        """Add a finished run's evaluated epochs (``n_obs`` training images)."""
         c = result.config
-        name = label(c.guide, c.width)
-        steps_per_epoch = math.ceil(data.train.shape[0] / min(c.batch_size, data.train.shape[0]))
+        steps_per_epoch = math.ceil(n_obs / min(c.batch_size, n_obs))
         common = {"study": study, "dataset": dataset, "guide": c.guide,
-                  "width": c.width if c.guide in ENCODER_GUIDES else None, "label": name, "seed": c.seed,
-                  "n_obs": data.train.shape[0]}
+                  "width": c.width if FAMILIES[c.guide].encoder else None, "label": label(c.guide, c.width),
+                  "seed": c.seed, "n_obs": n_obs}
         for record in result.history:
             if "train_plugin_mse" in record:
                 self.rows.append(dict(common, kind="metrics", epoch=record["epoch"],
                                       iteration=record["epoch"] * steps_per_epoch, elbo=record["elbo"],
                                       elbo_per_obs=record["elbo_per_obs"], time=record["time"],
                                       **{k: record.get(k, math.nan) for k in MSE_KEYS}))
-        if not with_images:
-            return
-        train_x, test_x = data.train[:N_IMAGES], data.test[:N_IMAGES]
-        train_idx = torch.arange(len(train_x), device=train_x.device)
-        with result.params():
-            images = [("train", "original", train_x), ("test", "original", test_x),
-                      ("train", name, reconstruct(result.model, result.guide, train_x, train_idx)),
-                      ("test", name, reconstruct(result.model, result.guide, test_x))]
+
+    def add_images(self, dataset, images):
+        """Reconstructed images, ``(split, who, tensor [n, D] or None)`` each; the originals once per dataset."""
         for split, who, x in images:
             if x is not None and len(x) and not self._has(dataset, who, split):
                 self.reconstructions.append({"kind": "reconstruction", "dataset": dataset, "label": who,
@@ -195,33 +172,3 @@ def ms_per_epoch(rows):
 def iterations_to(rows, threshold):
     """The first evaluated iteration at which the train plug-in MSE is below ``threshold`` (None if never)."""
     return next((r["iteration"] for r in rows if r["train_plugin_mse"] < threshold), None)
-
-
-def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
-    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
-    failed under it."""
-    def pm(pair, fmt):
-        return "n/a" if math.isnan(pair[0]) else (fmt + " ± " + fmt) % pair
-
-    def num(value, fmt):
-        return "n/a" if math.isnan(value) else fmt % value
-
-    lines = ["| dataset | configuration | seeds | epochs | final ELBO / obs (nats) | gap to F-VI (nats/obs) | gap (%%) "
-             "| train MSE plug-in | train MSE predictive | test MSE plug-in | test MSE predictive "
-             "| plug-in ÷ mean image | z informative | ms / epoch | iterations to train MSE < %g |" % threshold,
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in table:
-        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_threshold"], "%.0f"), r["seeds_reaching_threshold"],
-                                         r["seeds"]) if r["seeds_reaching_threshold"] else "not reached")
-        lines.append("| %s |" % " | ".join([
-            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), pm(r["elbo_per_obs"], "%.2f"),
-            num(r["gap_to_fvi"], "%.2f"), num(r["gap_to_fvi_percent"], "%.2f")]
-            + [pm(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
-            + [num(r["mse_ratio"], "%.2f"), r["uses_z"], pm(r["ms_per_epoch"], "%.0f"), reached]))
-    notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
-    for dataset, b in sorted(notes.items()):
-        lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
-                     % (dataset, b["train_mse"], b["test_mse"]))
-    for f in failures:
-        lines.append("\nFAILED, not in the table: %s %s seed %d: %s" % (f["dataset"], f["label"], f["seed"], f["error"]))
-    return "\n".join(lines)

@@ -1,23 +1,27 @@
-"""Run directories: what a run writes, how it is checkpointed, and how it is read back.
+"""Run directories: what a run writes, the checkpoint layout, and how both are read back (the one home of
+the on-disk format).
 
     config.json     the FitConfig, the data actually used (name, source, n_obs, n_test, x_dim, binarized, a
                     fingerprint of the images, the mean image's MSE), device, library versions, and every
                     resume with the options it changed
     metrics.jsonl   one JSON object per finished epoch (missing values are null)
-    checkpoint.pt   the last checkpoint: epoch, param-store state, optimizer state, every random state (torch,
-                    CUDA, numpy, python, the evaluation's generator), the metrics so far and the training time
-    params.pt       Pyro's param-store state at the end (``get_state()``)
+    checkpoint.pt   the last checkpoint: format, epoch, the guide's ``state_dict``, the optimizer's, every
+                    random state (torch, CUDA, numpy, python, the evaluation's generator), the metrics so far
+                    and the training time
+    params.pt       the format and the guide's ``state_dict`` at the end
     summary.json    the final record and timings, written last: its presence marks a finished run
 
 Every file is written whole to a temporary name and renamed into place, so a run killed at any moment
 leaves the previous version intact; metrics lines are appended with one ``write`` each, and a resumed run
-rewrites metrics.jsonl from its checkpoint.
+rewrites metrics.jsonl from its checkpoint. Tensors are read back onto the CPU and copied into modules
+and optimizers on their own device, so random states stay CPU tensors whatever the device.
 """
 import json
 import math
 import os
 import platform
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +29,10 @@ import torch
 
 import pyro
 
-from .errors import AmortizedPyroError
+from .errors import AmortizedPyroError, RunExists
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
+FORMAT = 2  # 1: Pyro param-store state (before the guides owned their parameters); 2: the guide's state_dict
 
 
 def _json_safe(record):
@@ -77,21 +82,44 @@ def set_rng_states(states, device):
         torch.cuda.set_rng_state(states["cuda"], device)
 
 
+def checkpoint_state(guide, state, device):
+    """The checkpoint of a run at ``state`` (a TrainingState) with ``guide``'s parameters."""
+    return {"format": FORMAT, "epoch": state.epoch, "guide": guide.state_dict(),
+            "optimizer": state.optimizer.state_dict(), "rng": rng_states(device),
+            "evaluation_rng": state.evaluation_rng.get_state(), "history": state.history,
+            "train_seconds": state.train_seconds}
+
+
+def restore(checkpoint, guide, state, schedule, device):
+    """Put a checkpoint back into ``guide`` and ``state``: parameters, optimizer (with the schedule's
+    learning rate and betas, which a resume may change), every random state, the history."""
+    guide.load_state_dict(checkpoint["guide"])
+    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    for group in state.optimizer.param_groups:
+        group.update(lr=schedule.lr, betas=(schedule.beta1, schedule.beta2))
+    set_rng_states(checkpoint["rng"], device)
+    state.evaluation_rng.set_state(checkpoint["evaluation_rng"])
+    state.epoch, state.train_seconds = checkpoint["epoch"], checkpoint["train_seconds"]
+    state.history = [_from_json(r) for r in checkpoint["history"]]
+
+
 class RunWriter:
     """Writes a run directory as the run goes, so that an interrupted run keeps its finished epochs and
     its last checkpoint. ``mode`` is "new" (the directory must not hold a run), "overwrite" (its run files
-    are removed first) or "resume" (it holds the run being continued)."""
+    are removed first) or "resume" (it holds the run being continued). Checkpoints are written every
+    ``every`` epochs or seconds (``kind``: "epochs" or "seconds"), at the end and when the run stops."""
 
-    def __init__(self, out, info, mode="new"):
+    def __init__(self, out, info, mode="new", every=("seconds", 60.0)):
         self.out = Path(out)
         self.metrics_path = self.out / "metrics.jsonl"
+        self.kind, self.every = every
+        self.last_save = time.perf_counter()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise AmortizedPyroError("cannot create the run directory %s: %s" % (out, e.strerror or e)) from None
         if mode == "new" and run_status(self.out) != "empty":
-            raise AmortizedPyroError("%s holds a run already (%s): use --resume %s to continue it or --overwrite "
-                                     "to replace it" % (out, run_status(self.out), out))
+            raise RunExists(out, run_status(self.out))
         if mode == "overwrite":
             self.clear(self.out)
         if mode != "resume":
@@ -134,21 +162,33 @@ class RunWriter:
         text = "".join(json.dumps(_json_safe(r)) + "\n" for r in history)
         atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
-    def checkpoint(self, state):
-        atomic_write(self.out / "checkpoint.pt", lambda tmp: torch.save(state, tmp))
+    def checkpoint(self, guide, state, device):
+        checkpoint = checkpoint_state(guide, state, device)
+        atomic_write(self.out / "checkpoint.pt", lambda tmp: torch.save(checkpoint, tmp))
+        self.last_save = time.perf_counter()
 
-    def finish(self, result):
-        atomic_write(self.out / "params.pt", lambda tmp: torch.save(result.param_state, tmp))
-        summary = {"final": _json_safe(result.final), "mean_image_mse": result.mean_image_mse,
-                   "train_seconds": result.train_seconds,
-                   "ms_per_epoch": 1000 * result.train_seconds / len(result.history)}
+    def due(self, epoch):
+        """Whether the checkpoint cadence asks for one after ``epoch``."""
+        if self.kind == "epochs":
+            return epoch % self.every == 0
+        return time.perf_counter() - self.last_save >= self.every
+
+    def finish(self, guide, final, mean_image_mse, train_seconds, epochs):
+        atomic_write(self.out / "params.pt", lambda tmp: torch.save({"format": FORMAT, "guide": guide.state_dict()}, tmp))
+        summary = {"final": _json_safe(final), "mean_image_mse": mean_image_mse, "train_seconds": train_seconds,
+                   "ms_per_epoch": 1000 * train_seconds / max(1, epochs)}
         write_json(self.out / "summary.json", summary)
 
 
-def _load(path, what, map_location):
+def _load(path, what):
     try:
         if what.endswith(".pt"):
-            return torch.load(path / what, map_location=map_location, weights_only=False)
+            value = torch.load(path / what, map_location="cpu", weights_only=False)
+            if not isinstance(value, dict) or value.get("format") != FORMAT:
+                raise AmortizedPyroError("%s in %s was written by an earlier version of amortized_pyro (parameters in "
+                                         "Pyro's global param store): it cannot be loaded or resumed; its metrics "
+                                         "and results files stay readable" % (what, path))
+            return value
         if what.endswith(".jsonl"):
             return [_from_json(json.loads(line)) for line in (path / what).read_text().splitlines() if line.strip()]
         return json.loads((path / what).read_text())
@@ -159,23 +199,22 @@ def _load(path, what, map_location):
 
 
 def read_info(path):
-    return _load(Path(path), "config.json", None)
+    return _load(Path(path), "config.json")
 
 
-def read_run(path, map_location="cpu"):
-    """(config.json contents, history, param-store state) of a finished run, or of an interrupted one as
-    of its last checkpoint."""
+def read_run(path):
+    """(config.json contents, history, the guide's state_dict) of a finished run, or of an interrupted one
+    as of its last checkpoint; tensors on the CPU."""
     path = Path(path)
     status = run_status(path)
     if status == "finished":
-        return read_info(path), _load(path, "metrics.jsonl", None), _load(path, "params.pt", map_location)
+        return read_info(path), _load(path, "metrics.jsonl"), _load(path, "params.pt")["guide"]
     if status == "partial":
-        checkpoint = read_checkpoint(path, map_location)
-        return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["param_state"]
+        checkpoint = read_checkpoint(path)
+        return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["guide"]
     raise AmortizedPyroError("%s is not a run directory (%s)" % (path, "no run files" if status == "empty"
                                                                      else "no checkpoint yet"))
 
 
-def read_checkpoint(path, map_location="cpu"):
-    return _load(Path(path), "checkpoint.pt", map_location)
-
+def read_checkpoint(path):
+    return _load(Path(path), "checkpoint.pt")

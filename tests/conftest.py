@@ -6,9 +6,10 @@ import torch
 import pyro
 
 from amortized_pyro.data import Data, load_data
+from amortized_pyro.guides import FAMILIES
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-STUDY_GUIDES = ("amortized", "per-datapoint", "shared")  # the families of the studies (SA-VI is ours)
+STUDY_GUIDES = tuple(f.name for f in FAMILIES.values() if f.in_studies)  # the studies' families (SA-VI is ours)
 
 
 def build_guide(name, model, *args, **kwargs):
@@ -19,12 +20,13 @@ def build_guide(name, model, *args, **kwargs):
 
 @pytest.fixture(autouse=True)
 def fresh_pyro():
-    """Every test starts with an empty param store, validation on and the default float32."""
+    """Every test starts with validation on and the default float32, and leaves Pyro's global param store
+    as empty as it found it: the package keeps every parameter in its modules."""
     pyro.clear_param_store()
     pyro.enable_validation(True)
     yield
     torch.set_default_dtype(torch.float32)
-    pyro.clear_param_store()
+    assert not list(pyro.get_param_store().keys()), "a parameter leaked into Pyro's global param store"
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,8 @@ def mlp(h, ws, bs):
 
 
 def encoder_factor(x, e):
-    """(μ, σ) of the amortized q(z | x) from encoder weights ``e`` (names as in the package's Encoder)."""
+    """(μ, σ) of the amortized q(z | x) from encoder weights ``e`` (names as in the package's Encoder's
+    state_dict)."""
     h = mlp(x, [e["body.0.weight"], e["body.2.weight"]], [e["body.0.bias"], e["body.2.bias"]])
     h = leaky(h)
     return h @ e["loc.weight"].T + e["loc.bias"], torch.exp(h @ e["log_scale.weight"].T + e["log_scale.bias"])

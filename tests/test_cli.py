@@ -22,7 +22,7 @@ def test_help_explains_every_option():
     result = run("fit", "--help")
     assert result.exit_code == 0
     for option in ("--guide", "--width", "--dataset", "--n-obs", "--epochs", "--batch-size", "--lr", "--weight-decay",
-                   "--particles", "--device", "--seed", "--eval-every", "--jit", "--out", "--data-dir"):
+                   "--particles", "--device", "--seed", "--eval-every", "--out", "--data-dir"):
         assert option in result.output
 
 
@@ -39,7 +39,7 @@ def test_fit_writes_all_outputs(tmp_path, guide):
                                 "train_predictive_mse", "test_predictive_mse"}
     assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
     state = torch.load(tmp_path / "params.pt", weights_only=False)
-    assert "decoder.w3.loc" in state["params"]
+    assert state["format"] == 2 and "theta.loc_unconstrained" in state["guide"]
 
 
 def test_module_entry_point_runs_fit_as_written(tmp_path):
@@ -102,3 +102,12 @@ def test_runtime_errors_exit_1_with_one_line(tmp_path, case, expected):
     assert expected in line
     if case == "diverges":  # finished epochs are kept
         assert (tmp_path / "run" / "metrics.jsonl").read_text().strip()
+
+
+def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    result = run("compare", "--executor", "ray", "--guides", "shared", "--seeds", "0", "--dataset", "mnist-sample",
+                 "--n-obs", "40", "--n-test", "10", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "cmp"))
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and lines == ['Error: the Ray executor needs Ray: pip install -e ".[ray]" '
+                                               '(or pip install "ray>=2.9")']

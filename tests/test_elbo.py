@@ -13,9 +13,9 @@ import pyro
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
-from amortized_pyro.guides import make_guide
+from amortized_pyro.guides import GUIDES, make_guide
 
-from conftest import STUDY_GUIDES
+from conftest import STUDY_GUIDES, build_guide
 from amortized_pyro.svi import make_elbo
 from amortized_pyro.model import BayesianDecoderModel
 
@@ -29,19 +29,28 @@ CASES = [(g, "normal", None) for g in STUDY_GUIDES] + [("amortized", "bernoulli"
                                                  ("shared", "normal", 0.3), ("amortized", "bernoulli", 0.25)]
 
 
-def variational_params(guide_name, idx):
-    """(m, s) of every θ site, and (μ, σ) of q(z) for the batch, read from the param store by name."""
-    p = {name: pyro.param(name).detach() for name in pyro.get_param_store().keys()}
-    q_theta = {l: (p["decoder.%s.loc" % l], p["decoder.%s.scale" % l]) for l in LAYERS}
-    if guide_name == "amortized":
-        return q_theta, None, {k.split("$$$")[1]: v for k, v in p.items() if k.startswith("encoder$$$")}
-    if guide_name == "per-datapoint":
-        return q_theta, (p["z.loc"][idx], p["z.log_scale"][idx].exp()), None
-    return q_theta, (p["z.loc"].expand(len(idx), -1), p["z.log_scale"].exp().expand(len(idx), -1)), None
+def split_theta(flat, shapes):
+    """The flat vector of q(θ)'s means or scales, cut into the six decoder tensors in the model's order."""
+    sizes = [math.prod(s) for s in shapes]
+    return [part.reshape(s) for part, s in zip(flat.split(sizes), shapes)]
 
 
-def oracle_q(guide_name, x, idx):
-    q_theta, q_z, encoder = variational_params(guide_name, idx)
+def variational_params(guide, idx):
+    """(m, s) of every θ site, and (μ, σ) of q(z) for the batch, read from the guide's state_dict by name."""
+    p = {name: value.detach() for name, value in guide.state_dict().items()}
+    shapes = [(HIDDEN, Z_DIM), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (X_DIM, HIDDEN), (X_DIM,)]
+    locs = split_theta(p["theta.loc_unconstrained"], shapes)
+    scales = split_theta(p["theta.scale_unconstrained"].exp(), shapes)
+    q_theta = {l: (m, s) for l, m, s in zip(LAYERS, locs, scales)}
+    if guide.family == "amortized":
+        return q_theta, None, {k[len("local.encoder."):]: v for k, v in p.items() if k.startswith("local.encoder.")}
+    if guide.family == "per-datapoint":
+        return q_theta, (p["local.loc"][idx], p["local.log_scale"][idx].exp()), None
+    return q_theta, (p["local.loc"].expand(len(idx), -1), p["local.log_scale"].exp().expand(len(idx), -1)), None
+
+
+def oracle_q(guide, x, idx):
+    q_theta, q_z, encoder = variational_params(guide, idx)
     return q_theta, (encoder_factor(x, encoder) if encoder is not None else q_z)
 
 
@@ -68,16 +77,14 @@ def setup(request):
     guide_name, likelihood, _ = case
     pyro.set_rng_seed(0)
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE, likelihood)
-    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH, device="cpu")
+    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH)
     x_all = torch.rand(N, X_DIM)
     if likelihood == "bernoulli":
         x_all = (x_all < 0.4).to(x_all)
     idx = torch.tensor([3, 17, 5, 29, 0, 11])
     x = x_all[idx]
-    guide(x, idx)  # creates the parameters
     with torch.no_grad():
-        for name in pyro.get_param_store().keys():
-            unconstrained = pyro.get_param_store().get_param(name).unconstrained()
+        for unconstrained in guide.parameters():
             unconstrained.add_(0.3 * torch.randn_like(unconstrained))
     return case, model, guide, x, idx
 
@@ -94,16 +101,15 @@ def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
     replayed = poutine.replay(guide, trace=guide_trace)
     theta = {l: guide_trace.nodes["decoder." + l]["value"] for l in LAYERS}
     z = guide_trace.nodes["z"]["value"]
-    expected = handwritten_elbo(case, x, *oracle_q(case[0], x, idx), theta, z)
+    expected = handwritten_elbo(case, x, *oracle_q(guide, x, idx), theta, z)
 
     pyro_elbo = -Trace_ELBO().loss(model, replayed, *args)
     assert pyro_elbo == pytest.approx(expected.item(), rel=1e-6)
-    # the training loop's sync-free estimators compute the same number on the same draw
-    for jit in (False, True):
-        loss = make_elbo(particles=1, jit=jit).differentiable_loss(model, replayed, *args)
-        assert -loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    # the training loop's sync-free estimator computes the same number on the same draw
+    loss = make_elbo(particles=1).differentiable_loss(model, replayed, *args)
+    assert -loss.item() == pytest.approx(expected.item(), rel=1e-6)
     if case[2] is not None:  # the warm-up scales the KL terms only: β = 1 gives a different number
-        unscaled = handwritten_elbo((case[0], case[1], None), x, *oracle_q(case[0], x, idx), theta, z)
+        unscaled = handwritten_elbo((case[0], case[1], None), x, *oracle_q(guide, x, idx), theta, z)
         assert abs(unscaled.item() - expected.item()) > 1e-3 * abs(expected.item())
 
 
@@ -112,7 +118,7 @@ def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
     """Vectorized-particle ELBO estimates and the oracle's own draws agree in mean within 4 standard errors."""
     case, model, guide, x, idx = setup
     args = step_args(case, x, idx)
-    q_theta, q_z = oracle_q(case[0], x, idx)
+    q_theta, q_z = oracle_q(guide, x, idx)
     particles, calls = 10, 300
     elbo = make_elbo(particles=particles)
     pyro.set_rng_seed(2)
@@ -127,25 +133,25 @@ def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
 
 
 @pytest.mark.parametrize("particles", [1, 3])
-@pytest.mark.parametrize("guide_name", STUDY_GUIDES)  # SA-VI's refinement does not compile: it trains unjitted
-def test_compiled_elbo_repeats_the_plain_elbo_draw_for_draw(guide_name, particles):
-    """The fast path (--jit): after compilation, with the same seed, the same loss and gradients on fresh
-    minibatches, a smaller last minibatch included."""
+@pytest.mark.parametrize("guide_name", GUIDES)
+def test_sync_free_estimator_repeats_pyros_trace_elbo_draw_for_draw(guide_name, particles):
+    """The training loop's estimator (DeviceTrace_ELBO, written with poutine.trace/replay) and Pyro's own
+    Trace_ELBO give the same loss and the same gradients for every parameter on the same draws, vectorized
+    particles included, on minibatches of two sizes."""
     pyro.set_rng_seed(0)
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE)
-    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH, device="cpu")
+    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, WIDTH)
     x_all = torch.rand(N, X_DIM)
-    compiled, plain = make_elbo(particles, jit=True), make_elbo(particles)
-    compiled.differentiable_loss(model, guide, x_all[:B], torch.arange(B))  # compiles
-    for size in (B, B, 4):
+    options = dict(num_particles=particles, vectorize_particles=particles > 1, max_plate_nesting=1)
+    params = list(guide.parameters())
+    for size in (B, 4):
         idx = torch.randperm(N)[:size]
         results = []
-        for estimator in (compiled, plain):
+        for estimator in (make_elbo(particles), Trace_ELBO(**options)):
             pyro.set_rng_seed(7)
-            loss = estimator.differentiable_loss(model, guide, x_all[idx], idx)
-            params = [pyro.get_param_store().get_param(name).unconstrained() for name in sorted(pyro.get_param_store().keys())]
+            loss = estimator(model, guide)(x_all[idx], idx)
             results.append((loss.item(), torch.autograd.grad(loss, params)))
-        (loss_c, grads_c), (loss_p, grads_p) = results
-        assert loss_c == pytest.approx(loss_p, rel=1e-6)
-        for g_c, g_p in zip(grads_c, grads_p):
-            assert torch.allclose(g_c, g_p, rtol=1e-5, atol=1e-6)
+        (loss_ours, grads_ours), (loss_pyro, grads_pyro) = results
+        assert loss_ours == pytest.approx(loss_pyro, rel=1e-6)
+        for g_ours, g_pyro in zip(grads_ours, grads_pyro):
+            assert torch.allclose(g_ours, g_pyro, rtol=1e-5, atol=1e-6)

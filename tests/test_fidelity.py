@@ -95,8 +95,7 @@ def run_package(guide):
     torch.set_default_dtype(torch.float64)
     x = torch.rand(N, X_DIM, generator=torch.Generator().manual_seed(99))
     config = FitConfig.from_toml(PRESET, guide=guide, n_obs=N, n_test=0, epochs=STEPS, hidden=HIDDEN, z_dim=Z_DIM,
-                                 width=WIDTH, seed=SEED, device="cpu", jit=False, predictive_draws=0,
-                                 eval_every=STEPS)
+                                 width=WIDTH, seed=SEED, device="cpu", predictive_draws=0, eval_every=STEPS)
     assert (config.batch_size, config.weight_decay, config.beta2, config.encoder_layers) == (10000, 0.1, 0.99, 1)
     result = fit(config, data=Data(x, x[:0], "tiny"), progress=False, log=lambda line: None)
     return x, config, result
@@ -104,17 +103,16 @@ def run_package(guide):
 
 def pairs(result, reference):
     """(package tensor, reference tensor) for every variational parameter, unconstrained (log-sds) as the
-    param store's state keeps them."""
-    params = {k: v.detach() for k, v in result.param_state["params"].items()}
-    theta_mean = torch.cat([params["decoder.%s.loc" % l].flatten() for l in LAYERS])
-    theta_log_sd = torch.cat([params["decoder.%s.scale" % l].flatten() for l in LAYERS])
-    found = [(theta_mean, reference.theta_mean), (theta_log_sd, reference.theta_log_sd)]
+    guide's state_dict keeps them (q(θ) as one flat vector in the decoder's layer order, as the study's)."""
+    params = {k: v.detach() for k, v in result.state_dict().items()}
+    found = [(params["theta.loc_unconstrained"], reference.theta_mean),
+             (params["theta.scale_unconstrained"], reference.theta_log_sd)]
     if reference.guide == "amortized":
-        encoder = {k.split("$$$")[1]: v for k, v in params.items() if k.startswith("encoder$$$")}
         for name, layer in (("body.0", reference.hidden), ("loc", reference.mean_head), ("log_scale", reference.sd_head)):
-            found += [(encoder[name + ".weight"], layer.weight), (encoder[name + ".bias"], layer.bias)]
+            found += [(params["local.encoder.%s.weight" % name], layer.weight),
+                      (params["local.encoder.%s.bias" % name], layer.bias)]
     else:
-        found += [(params["z.loc"], reference.z_mean), (params["z.log_scale"], reference.z_log_sd)]
+        found += [(params["local.loc"], reference.z_mean), (params["local.log_scale"], reference.z_log_sd)]
     return [(ours, theirs.detach()) for ours, theirs in found]
 
 

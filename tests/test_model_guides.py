@@ -50,7 +50,10 @@ def test_vectorized_particles_give_particle_batches(guide_name):
     guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, width=6)
     x, idx = batch()
     elbo = make_elbo(particles=3)
-    model_trace, guide_trace = next(elbo._get_traces(model, guide, (x, idx), {}))
+    with pyro.plate("num_particles_vectorized", 3, dim=-2):  # as the estimator vectorizes its particles
+        guide_trace = poutine.trace(guide).get_trace(x, idx)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, idx)
+    model_trace.compute_log_prob()
     assert guide_trace.nodes["z"]["value"].shape == (3, B, Z_DIM)
     assert guide_trace.nodes["decoder.w1"]["value"].shape == (3, 1, HIDDEN, Z_DIM)
     assert model_trace.nodes["x"]["log_prob"].shape == (3, B)
@@ -61,16 +64,29 @@ def test_guides_share_one_q_theta_and_differ_in_q_z():
     x, idx = batch()
     names = {}
     for guide_name in GUIDES:
-        pyro.clear_param_store()
-        build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), N, X_DIM, Z_DIM, HIDDEN, width=6)(x, idx)
-        store = pyro.get_param_store()
-        names[guide_name] = {k: tuple(store[k].shape) for k in store.keys()}
-    theta = {"%s.%s" % (site, part): shape for site, shape in SHAPES.items() for part in ("loc", "scale")}
-    for params in names.values():
-        assert {k: v for k, v in params.items() if k.startswith("decoder.")} == theta
-    assert names["per-datapoint"]["z.loc"] == (N, Z_DIM) and names["shared"]["z.loc"] == (Z_DIM,)
-    assert names["amortized"]["encoder$$$body.0.weight"] == (6, X_DIM) and names["semi-amortized"] == names["amortized"]
-    assert pyro.get_param_store()["decoder.w1.scale"].allclose(torch.tensor(0.1353352832))  # e^-2
+        guide = build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), N, X_DIM, Z_DIM, HIDDEN, width=6)
+        guide(x, idx)
+        names[guide_name] = {k: tuple(v.shape) for k, v in guide.state_dict().items()}
+        assert torch.allclose(guide.theta.scale, torch.tensor(0.1353352832))  # e^-2, q(θ)'s start
+    size = sum(torch.Size(shape).numel() for shape in SHAPES.values())
+    for params in names.values():  # q(θ): flat means and (unconstrained) scales over every decoder tensor
+        assert {k: v for k, v in params.items() if k.startswith("theta.")} == {
+            "theta.loc_unconstrained": (size,), "theta.scale_unconstrained": (size,)}
+    assert names["per-datapoint"]["local.loc"] == (N, Z_DIM) and names["shared"]["local.loc"] == (Z_DIM,)
+    assert names["amortized"]["local.encoder.body.0.weight"] == (6, X_DIM)
+    assert names["semi-amortized"] == names["amortized"]
+    assert not list(pyro.get_param_store().keys())  # nothing in Pyro's global store
+
+
+def test_two_guides_never_share_parameters():
+    """Module-local parameters: a second guide of the same family starts from its own values, and moving
+    one guide's parameters leaves the other's alone."""
+    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
+    first, second = (build_guide("per-datapoint", model, N, X_DIM, Z_DIM, HIDDEN) for _ in range(2))
+    with torch.no_grad():
+        first.local.loc.add_(1.0)
+    assert torch.equal(second.local.loc, torch.zeros(N, Z_DIM))
+    assert not set(map(id, first.parameters())) & set(map(id, second.parameters()))
 
 
 @pytest.mark.parametrize("bad", [dict(name="nope"), dict(name="amortized", width=0), dict(name="amortized", width=-3)])

@@ -1,18 +1,16 @@
 """compare on Ray: a real local Ray started in the test (2 CPUs, as CI has), the same table as the local
-executor, a worker killed mid-run retried from its checkpoint, and a clear line where Ray is missing."""
+executor, and a worker killed mid-run retried from its checkpoint. (Where Ray is missing these skip; the
+clear line for a missing Ray is tested in test_cli.py, which runs everywhere.)"""
 import json
 import os
 import signal
-import sys
 import threading
 import time
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from amortized_pyro.cli import cli
-from amortized_pyro.experiments import compare
+from amortized_pyro.comparison import compare
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
@@ -76,13 +74,3 @@ def test_a_killed_worker_is_retried_and_its_run_resumes_from_its_checkpoint(loca
     assert table(finished[0]) == table(whole)
     resumes = json.loads((metrics.parent / "config.json").read_text())["resumes"]
     assert len(resumes) == 1 and resumes[0]["from_epoch"] >= 9  # resumed, not started again
-
-
-def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
-    result = CliRunner().invoke(cli, ["compare", "--executor", "ray", "--guides", "shared", "--seeds", "0",
-                                      "--dataset", "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "1",
-                                      "--no-progress", "--out", str(tmp_path / "cmp")])
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 1 and lines == ['Error: the Ray executor needs Ray: pip install -e ".[ray]" '
-                                               '(or pip install "ray>=2.9")']

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import pyro
+
 from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
 from amortized_pyro import executors
 from amortized_pyro.cli import cli
 from amortized_pyro.evaluation import evaluate
-from amortized_pyro.experiments import compare
+from amortized_pyro.comparison import compare
 from amortized_pyro.results import Results
 from amortized_pyro.runs import RunWriter
 
@@ -174,17 +176,20 @@ def test_compare_does_not_fall_back_to_the_sample_unless_asked(tmp_path):
     assert allowed.exit_code == 0 and "| mnist-sample | constant-VI |" in allowed.output
 
 
-def test_a_result_evaluates_with_its_own_parameters_after_another_fit(tiny_data):
+def test_two_fits_in_a_row_each_evaluate_on_their_own(tiny_data, tmp_path):
+    """Each result owns its model and guide: no context manager, no global state, and a loaded run too."""
     config = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=3, batch_size=40, hidden=16, z_dim=4,
                        width=8, device="cpu", predictive_draws=0)
-    first = fit(config, data=tiny_data, progress=False)
+    first = fit(config, data=tiny_data, out=tmp_path / "first", progress=False)
     second = fit(config, data=tiny_data, seed=1, lr=1e-2, progress=False)
-    own = first.evaluate(tiny_data)
-    assert own["train_plugin_mse"] == pytest.approx(first.final["train_plugin_mse"], rel=1e-6)
-    assert second.evaluate(tiny_data)["train_plugin_mse"] == pytest.approx(second.final["train_plugin_mse"], rel=1e-6)
-    # what the README's notebook example did before: the global store holds the last run's parameters
-    stale = evaluate(first.model, first.guide, tiny_data)
-    assert stale["train_plugin_mse"] != pytest.approx(own["train_plugin_mse"], rel=1e-6)
+    loaded = load_run(tmp_path / "first")
+    third = fit(config, data=tiny_data, seed=2, progress=False)  # after the load, another fit
+    for result in (first, second, loaded, third):
+        again = evaluate(result.model, result.guide, tiny_data)
+        assert again["train_plugin_mse"] == pytest.approx(result.final["train_plugin_mse"], rel=1e-6)
+        assert result.evaluate(tiny_data)["train_plugin_mse"] == again["train_plugin_mse"]
+    assert first.final["train_plugin_mse"] != pytest.approx(second.final["train_plugin_mse"], rel=1e-6)
+    assert not list(pyro.get_param_store().keys())
 
 
 @pytest.mark.parametrize("case, expected", [("3-pixel images", "expected images"), ("out in /proc", "cannot create"),

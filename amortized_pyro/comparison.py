@@ -11,13 +11,18 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import torch
+
 from .config import FitConfig, check_values, first_difference
 from .data import load_data
 from .errors import AmortizedPyroError
+from .evaluation import reconstruct
 from .executors import Job, run_local, run_ray
-from .gap import GapSettings, measure_run
-from .guides import ENCODER_GUIDES, GUIDES
-from .results import Results, label, slug
+from .fitting import measure_run
+from .gap import GapSettings
+from .guides import ENCODER_GUIDES, GUIDES, label
+from .reports import REFINE_COLUMNS
+from .results import Results, slug
 from .runs import RunWriter, read_info, run_status
 
 EXECUTORS = ("local", "ray")
@@ -52,8 +57,10 @@ def plan(job, overwrite):
                                  % (job.run_dir, difference))
 
 
-COMPARE_GAP = GapSettings(M=4, K=1000, samples=100, max_steps=3000)
-COMPARE_REFINE = (0, 5, 20, 100)
+COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=3000)
+COMPARE_REFINE = (0,) + REFINE_COLUMNS
+WIDTHS = (1, 64, 128, 256)
+N_IMAGES = 5  # reconstructions shown per configuration
 
 
 def gap_reports(job, n_images, overwrite, log):
@@ -78,7 +85,7 @@ def gap_reports(job, n_images, overwrite, log):
     return reports
 
 
-def compare(guides=GUIDES, widths=(1, 64, 128, 256), seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
+def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
             study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
             executor="local", ray_options=None, gap_images=0, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
@@ -149,5 +156,17 @@ def assemble(jobs, finished, study, first_seed):
         if isinstance(outcome, str):
             results.add_failure(job.dataset, job.label, job.seed, outcome)
         elif outcome is not None:
-            results.add_run(outcome, job.dataset, study, job.data.to(outcome.device), with_images=job.seed == first_seed)
+            results.add_run(outcome, job.dataset, study, job.data.train.shape[0])
+            if job.seed == first_seed:
+                results.add_images(job.dataset, reconstructions(outcome, job.data.to(outcome.device)))
     return results
+
+
+def reconstructions(result, data):
+    """(split, who, images) of the first training and test images: the originals and ``result``'s plug-in
+    reconstructions (None where its guide has no factor for them)."""
+    train, test = data.train[:N_IMAGES], data.test[:N_IMAGES]
+    name = label(result.config.guide, result.config.width)
+    return [("train", "original", train), ("test", "original", test),
+            ("train", name, reconstruct(result.model, result.guide, train, torch.arange(len(train), device=train.device))),
+            ("test", name, reconstruct(result.model, result.guide, test))]

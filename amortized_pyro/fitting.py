@@ -1,0 +1,206 @@
+"""A run's life: build the model and guide a FitConfig defines, train them (:mod:`amortized_pyro.training`)
+into a run directory (:mod:`amortized_pyro.runs`), resume an interrupted run, load a finished one.
+
+A new run seeds the global random streams (torch, numpy, python: ``pyro.set_rng_seed``) once, in
+:func:`fit`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample sites
+come from them. A resumed run restores them from its checkpoint instead. Nothing else in the package
+seeds or reads global state: a :class:`FitResult` carries its own model and guide, whose parameters are
+their own.
+"""
+import math
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+import pyro
+
+from .config import FitConfig, parse_every
+from .data import load_data
+from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
+from .evaluation import MSE_KEYS, evaluate, mean_image_mse
+from .gap import measure
+from .guides import label, make_guide
+from .model import BayesianDecoderModel
+from .process import resolve_device
+from .runs import RunWriter, read_checkpoint, read_info, read_run, restore, run_status
+from .training import TrainingState, train
+
+
+def build(config, n_obs, x_dim, device):
+    """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels, on ``device``."""
+    model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
+                                 config.likelihood)
+    guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
+                       config.encoder_layers, config.qz_init, config.seed, config.refine_steps, config.refine_lr,
+                       model.local_log_joint)
+    return model.to(device), guide.to(device)
+
+
+@dataclass
+class FitResult:
+    """A trained run: its config, per-epoch history, model and guide (which own their parameters)."""
+
+    config: FitConfig
+    history: list
+    model: object
+    guide: object
+    data_source: str
+    device: str
+    train_seconds: float
+    mean_image_mse: dict
+    out: object = None
+
+    def state_dict(self):
+        """The guide's parameters (the model has none)."""
+        return self.guide.state_dict()
+
+    def evaluate(self, data, predictive_draws=0, seed=0):
+        """The plug-in (and predictive) MSEs of this run on ``data`` (see :func:`~amortized_pyro.evaluation.evaluate`)."""
+        data = data.to(torch.device(self.device))
+        return evaluate(self.model, self.guide, data, predictive_draws, torch.Generator(data.train.device).manual_seed(seed))
+
+    @property
+    def final(self):
+        """The last epoch's record, with the last evaluated MSEs."""
+        last = dict(self.history[-1])
+        for key in MSE_KEYS:
+            last[key] = next((r[key] for r in reversed(self.history) if key in r), math.nan)
+        return last
+
+    def summary(self):
+        """A few lines: what was trained, the final ELBO and the MSEs beside the mean image's."""
+        from .reports import format_fit
+        return format_fit(self)
+
+
+def prepare_data(config, data=None, log=print):
+    """The run's data: loaded (or given), binarized where asked, checked against the likelihood."""
+    if data is None:
+        data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
+                         config.download, log, binarize=config.binarize)
+    elif config.binarize and not data.binarized:
+        data = data.binarize(config.seed)
+    if config.likelihood == "bernoulli" and not data.is_binary():
+        raise AmortizedPyroError("the Bernoulli likelihood needs binary images (binarize them)")
+    return data
+
+
+def data_info(data):
+    return {"name": data.name, "source": data.source, "n_obs": data.train.shape[0], "n_test": data.test.shape[0],
+            "x_dim": data.train.shape[1], "binarized": data.binarized, "fingerprint": data.fingerprint(),
+            "mean_image_mse": mean_image_mse(data)}
+
+
+def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=False, **overrides):
+    """Train one configuration and return a :class:`FitResult`.
+
+    ``config`` is a :class:`FitConfig` (fields may be overridden by keyword), ``data`` an optional
+    :class:`~amortized_pyro.data.Data` (else loaded from ``config.dataset``), ``out`` an optional run
+    directory, which must not hold a run unless ``overwrite``; without ``out`` nothing is written.
+    """
+    config = replace(config or FitConfig(), **overrides).check()
+    device = resolve_device(config.device)
+    data = prepare_data(config, data, log)
+    writer = None
+    if out:
+        info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
+        writer = RunWriter(out, info, "overwrite" if overwrite else "new", parse_every(config.checkpoint_every))
+    pyro.set_rng_seed(config.seed)  # the one place a run seeds the global streams (see the module docstring)
+    return run(config, data, device, writer, None, progress, log)
+
+
+RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive_draws", "checkpoint_every",
+                     "data_dir", "download")
+
+
+def resume(path, data=None, progress=True, log=print, **changes):
+    """Continue the run in ``path`` from its last checkpoint, with its own config; ``changes`` to its
+    schedule (:data:`RESUMABLE_CHANGES`: a lower ``lr``, more ``epochs``, ...) are applied and recorded.
+    A finished run is loaded and returned as it is."""
+    status = run_status(path)
+    info = read_info(path) if status != "empty" else {"config": {}}
+    fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
+    if fixed:
+        raise FixedSettings(fixed, RESUMABLE_CHANGES)
+    if status == "finished":
+        log("%s is a finished run: nothing to resume" % path)
+        return load_run(path)
+    if status != "partial":
+        raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))
+    config = replace(FitConfig(**info["config"]), **changes).check()
+    device = resolve_device(config.device)
+    data = prepare_data(config, data, log)
+    if data.fingerprint() != info["data"]["fingerprint"]:
+        raise AmortizedPyroError("the data for %s are not the images it was trained on (%s)" % (path, data.source))
+    checkpoint = read_checkpoint(path)
+    writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
+    writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
+    log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
+    return run(config, data, device, writer, checkpoint, progress, log)
+
+
+def run(config, data, device, writer, checkpoint, progress, log):
+    """Build, restore where a checkpoint is given, train, and write: the body of :func:`fit` and :func:`resume`."""
+    data = data.to(device)
+    n_obs, x_dim = data.train.shape
+    if config.batch_size > n_obs:
+        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, n_obs))
+    model, guide = build(config, n_obs, x_dim, device)
+    state = TrainingState(guide, config, device)
+    if checkpoint:
+        restore(checkpoint, guide, state, config, device)
+        writer.rewrite_metrics(state.history)
+    elif writer:
+        writer.checkpoint(guide, state, device)
+
+    def after_epoch(record, last, stopping):
+        if writer:
+            writer.add(record)
+            if last or stopping or writer.due(record["epoch"]):
+                writer.checkpoint(guide, state, device)
+
+    try:
+        train(model, guide, data, config, state, after_epoch, progress)
+    except Diverged as e:
+        if writer:
+            raise Diverged(e.epoch, e.loss, writer.out, read_checkpoint(writer.out)["epoch"]) from None
+        raise
+    except Interrupted as e:
+        raise Interrupted(e.signum, e.epoch, writer.out if writer else None) from None
+    result = FitResult(config, state.history, model, guide, data.source, str(device), state.train_seconds,
+                       mean_image_mse(data), writer.out if writer else None)
+    if writer:
+        writer.finish(guide, result.final, result.mean_image_mse, state.train_seconds, len(state.history))
+    return result
+
+
+def load_run(path, device="cpu"):
+    """Rebuild a run (model, guide with its parameters, history) from its directory, to evaluate it: a
+    finished run as it ended, an interrupted one as of its last checkpoint."""
+    device = resolve_device(device)
+    info, history, guide_state = read_run(path)
+    config = FitConfig(**info["config"])
+    with torch.random.fork_rng(devices=[]):  # the encoder's initialisation, overwritten at once, draws nothing
+        model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device)
+    guide.load_state_dict(guide_state)
+    train_seconds = history[-1]["time"] if history else 0.0
+    return FitResult(config, history, model, guide, info["data"]["source"], str(device), train_seconds,
+                     info["data"]["mean_image_mse"], path)
+
+
+def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print):
+    """:func:`amortized_pyro.gap.measure` on the first ``n_images`` of a finished run's training or test
+    images; the report names the run, the split and the settings (see the ``gap`` command)."""
+    if run_status(run_dir) != "finished":
+        raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
+    result = load_run(run_dir, device)
+    data = prepare_data(result.config, None, log).to(result.device)
+    images = data.train if split == "train" else data.test
+    if images.shape[0] == 0:
+        raise AmortizedPyroError("the run has no %s images" % split)
+    x = images[:n_images]
+    idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
+    report = measure(result.model, result.guide, x, idx, settings, refine_steps)
+    c = result.config
+    return dict(run=str(run_dir), guide=c.guide, width=c.width, seed=c.seed, label=label(c.guide, c.width),
+                split=split, n_images=x.shape[0], **report)

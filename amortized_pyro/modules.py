@@ -1,0 +1,22 @@
+"""PyroModules that own their parameters.
+
+Pyro keeps a ``PyroModule``'s parameters in its global param store unless ``module_local_params`` is set,
+and that setting is itself global. :class:`LocalModule` turns it on only while one of our modules is
+built or called (``pyro.settings.context``), so every parameter lives in the module object — its
+``state_dict`` is the run's state, two fitted guides never share anything — while Pyro code of the user's
+that runs outside our modules keeps Pyro's defaults.
+"""
+import pyro
+from pyro.nn import PyroModule
+
+
+class LocalModule(PyroModule):
+    """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring)."""
+
+    def __init__(self, name=""):
+        with pyro.settings.context(module_local_params=True):
+            super().__init__(name)
+
+    def __call__(self, *args, **kwargs):
+        with pyro.settings.context(module_local_params=True):
+            return super().__call__(*args, **kwargs)

@@ -1,0 +1,107 @@
+"""Results as text: a fitted run's summary, a gap report, gap reports gathered into a table, and a
+comparison's summary, all in plain lines or Markdown. Nothing here computes or reads a run."""
+import math
+
+from .evaluation import MSE_KEYS
+from .guides import FAMILIES, display_order
+from .results import MSE_THRESHOLD
+
+REFINE_COLUMNS = (5, 20, 100)  # refinement steps shown in gap tables (compare measures these and 0)
+GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap")
+
+
+def _fmt(value):
+    return "n/a" if value is None or math.isnan(value) else "%.4f" % value
+
+
+def _pm(value):
+    return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
+
+
+def format_fit(result):
+    """A few lines of a :class:`~amortized_pyro.fitting.FitResult`: what was trained, the final ELBO, the MSEs."""
+    final, c = result.final, result.config
+    width = " (width %d)" % c.width if FAMILIES[c.guide].encoder else ""
+    lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
+             % (c.guide, width, result.data_source, final["epoch"], result.device, result.train_seconds,
+                1000 * result.train_seconds / max(1, final["epoch"])),
+             "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])]
+    for split in ("train", "test"):
+        lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
+            split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
+            _fmt(result.mean_image_mse["%s_mse" % split])))
+    if result.out:
+        lines.append("results in      %s" % result.out)
+    return "\n".join(lines)
+
+
+def format_gap(report):
+    """One gap report as a small table, nats per image, mean ± standard error over the images."""
+    settings = report["settings"]
+    lines = ["%s images of %s (%s split), K = %d, theta = %s%s, q* after %d steps" % (
+        report["n_images"], report["run"], report["split"], settings["importance_samples"], settings["theta"],
+        ", M = %d" % settings["theta_draws"] if settings["theta"] == "sample" else "", report["optimizer_steps"]),
+        "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
+    for name in GAP_QUANTITIES:
+        value = report[name]
+        lines.append("| %s | %s | %s |" % (name, "n/a (no factor for these images)" if value is None else
+                                            "%.3f" % value["mean"], "" if value is None else "%.3f" % value["stderr"]))
+    for row in report["refinement"]:
+        lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],
+                                                                            row["gap_left"]["stderr"]))
+    lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
+    return "\n".join(lines)
+
+
+def format_reports(reports):
+    """Gap reports as one Markdown table: a row per configuration and split, nats per image (mean ± s.e.)."""
+    lines = ["| configuration | split | images | L(guide) | L(q*) | log p(x) | amortization gap | approximation gap "
+             "| gap left after %s refinement steps | plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)),
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(reports, key=lambda r: (display_order(r["label"]), r["split"] != "train")):
+        refined = {row["steps"]: row["gap_left"] for row in r["refinement"]} if r["elbo_guide"] else {}
+        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %.4f |" % (
+            r["label"], r["split"], r["n_images"], _pm(r["elbo_guide"]), _pm(r["elbo_optimized"]), _pm(r["log_px"]),
+            _pm(r["amortization_gap"]), _pm(r["approximation_gap"]),
+            " / ".join(_pm(refined.get(k)) for k in REFINE_COLUMNS), r["optimized_plugin_mse"]))
+    return "\n".join(lines)
+
+
+def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
+    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
+    failed under it."""
+    def pm(pair, fmt):
+        return "n/a" if math.isnan(pair[0]) else (fmt + " ± " + fmt) % pair
+
+    def num(value, fmt):
+        return "n/a" if math.isnan(value) else fmt % value
+
+    lines = ["| dataset | configuration | seeds | epochs | final ELBO / obs (nats) | gap to F-VI (nats/obs) | gap (%%) "
+             "| train MSE plug-in | train MSE predictive | test MSE plug-in | test MSE predictive "
+             "| plug-in ÷ mean image | z informative | ms / epoch | iterations to train MSE < %g |" % threshold,
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_threshold"], "%.0f"), r["seeds_reaching_threshold"],
+                                         r["seeds"]) if r["seeds_reaching_threshold"] else "not reached")
+        lines.append("| %s |" % " | ".join([
+            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), pm(r["elbo_per_obs"], "%.2f"),
+            num(r["gap_to_fvi"], "%.2f"), num(r["gap_to_fvi_percent"], "%.2f")]
+            + [pm(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
+            + [num(r["mse_ratio"], "%.2f"), r["uses_z"], pm(r["ms_per_epoch"], "%.0f"), reached]))
+    notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
+    for dataset, b in sorted(notes.items()):
+        lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
+                     % (dataset, b["train_mse"], b["test_mse"]))
+    for f in failures:
+        lines.append("\nFAILED, not in the table: %s %s seed %d: %s" % (f["dataset"], f["label"], f["seed"], f["error"]))
+    return "\n".join(lines)
+
+
+def summary_text(results, threshold=MSE_THRESHOLD):
+    """A comparison's summary.md: the per-configuration table, the failures, and the gap table where gaps
+    were measured."""
+    text = format_summary(results.summary(threshold), threshold, results.failures)
+    if results.gaps:
+        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
+                 "first seed of each configuration):\n\n" + format_reports(results.gaps))
+    return text

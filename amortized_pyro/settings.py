@@ -1,0 +1,57 @@
+"""Settings dataclasses whose fields carry their own rules: help text, range or choices, a parser.
+
+:class:`~amortized_pyro.config.FitConfig` (what defines a run) and :class:`~amortized_pyro.gap.GapSettings`
+(what defines a gap measurement) are both made of :func:`option` fields; :class:`Checked` applies the rules
+to values made in Python, and the command line generates its options from the same fields
+(:mod:`amortized_pyro.options`), so both speak the same rules.
+"""
+import math
+from dataclasses import field, fields
+
+
+def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
+           parse=None, result=True):
+    """A field with what its command-line option needs: help, range (low/high, open or closed), choices or
+    a ``parse`` function that raises ValueError on bad text; ``grid`` marks the fields that ``compare``
+    takes as lists instead; ``result=False`` those that cannot change a run's numbers."""
+    return field(default=default, metadata=dict(help=help, low=low, open_low=open_low, high=high,
+                                                 open_high=open_high, choices=choices, grid=grid, parse=parse,
+                                                 result=result))
+
+
+def field_error(f, value):
+    """What is wrong with ``value`` for field ``f`` (a line naming the field), or None."""
+    m, name = f.metadata, f.name
+    expected = f.type
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        return "%s expects a %s, got %r" % (name, expected.__name__, value)
+    if m["choices"] and value not in m["choices"]:
+        return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
+    if m["parse"]:
+        try:
+            m["parse"](value)
+        except ValueError:
+            return "%s: cannot read %r (%s)" % (name, value, m["parse"].__doc__.strip().splitlines()[0])
+    if expected is float and not math.isfinite(value):
+        return "%s must be a finite number, got %r" % (name, value)
+    if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
+        return "%s must be %s %g, got %r" % (name, ">" if m["open_low"] else ">=", m["low"], value)
+    if m["high"] is not None and (value > m["high"] or (m["open_high"] and value == m["high"])):
+        return "%s must be %s %g, got %r" % (name, "<" if m["open_high"] else "<=", m["high"], value)
+    return None
+
+
+class Checked:
+    """Mixin for a dataclass of :func:`option` fields: :meth:`check` raises the first rule broken."""
+
+    def check(self):
+        """Every field within its range or choices (the command line's own rules); returns self."""
+        from .errors import AmortizedPyroError
+
+        for f in fields(self):
+            error = field_error(f, getattr(self, f.name))
+            if error:
+                raise AmortizedPyroError(error)
+        return self

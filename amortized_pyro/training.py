@@ -1,0 +1,90 @@
+"""The SVI training loop: a function of (model, guide, data, schedule) and the state it continues from.
+
+Each epoch takes SVI steps (:mod:`amortized_pyro.svi`) on a fresh random order of the training images in
+minibatches drawn on the device, reads the loss back once (the epoch's one host sync), and every
+``eval_every`` epochs evaluates the reconstructions (:mod:`amortized_pyro.evaluation`). Pyro's validation
+(shapes, supports) runs once, on one ELBO evaluation before training and outside the random stream;
+the steps run unvalidated, so a loss that turns non-finite is what signals divergence. With a KL warm-up
+the loss of the first ``kl_warmup`` epochs is the warm-up objective, not the ELBO: it is recorded as
+``objective`` with its ``kl_scale``, and ``elbo`` is missing there. The loop knows nothing of files:
+after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
+SIGTERM stop it after the epoch under way (a second signal at once).
+"""
+import math
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+import pyro
+
+from .errors import Diverged, Interrupted
+from .evaluation import evaluate
+from .process import StopSignals
+from .svi import make_elbo, make_optimizer, step
+
+
+class TrainingState:
+    """What changes as a run trains, besides the guide's parameters: the optimizer, the evaluation's own
+    generator, the epochs done, their records and the training time."""
+
+    def __init__(self, guide, schedule, device):
+        self.optimizer = make_optimizer(guide, schedule.lr, schedule.weight_decay, (schedule.beta1, schedule.beta2))
+        self.evaluation_rng = torch.Generator(device).manual_seed(schedule.seed)
+        self.epoch, self.history, self.train_seconds = 0, [], 0.0
+
+
+def kl_schedule(schedule, epoch, device):
+    """The warm-up's KL scale for ``epoch`` as a device tensor (None without warm-up)."""
+    if not schedule.kl_warmup:
+        return None
+    return torch.tensor(min(1.0, epoch / schedule.kl_warmup), device=device)
+
+
+def check_once(elbo, args):
+    """One ELBO evaluation under Pyro's validation, without gradients and outside the random stream."""
+    cuda = [a.device for a in args if a.device.type == "cuda"][:1]
+    with torch.random.fork_rng(devices=cuda), pyro.validation_enabled(True), torch.no_grad():
+        elbo(*args)
+
+
+def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
+    """Train ``guide`` against ``model`` on ``data`` (on the guide's device) from ``state`` (a
+    :class:`TrainingState`) to epoch ``schedule.epochs``; ``schedule`` is a FitConfig (epochs, batch_size,
+    particles, kl_warmup, eval_every, predictive_draws). ``after_epoch(record, last, stopping)`` is called
+    after every epoch. Raises :class:`Diverged` on a non-finite loss, :class:`Interrupted` on a signal."""
+    device = data.train.device
+    n_obs = data.train.shape[0]
+    batch_size = min(schedule.batch_size, n_obs)
+    elbo = make_elbo(schedule.particles)(model, guide)
+    first = torch.arange(batch_size, device=device)
+    warmup = kl_schedule(schedule, state.epoch + 1, device)
+    check_once(elbo, (data.train[first], first) + (() if warmup is None else (warmup,)))
+    bar = tqdm(range(state.epoch + 1, schedule.epochs + 1), desc=guide.family, unit="epoch", disable=not progress,
+               leave=False)
+    with StopSignals() as stop, pyro.validation_enabled(False):
+        for epoch in bar:
+            began = time.perf_counter()
+            kl_scale = kl_schedule(schedule, epoch, device)
+            extra = () if kl_scale is None else (kl_scale,)
+            order = torch.randperm(n_obs, device=device)
+            loss = sum(step(elbo, state.optimizer, data.train[idx], idx, *extra) for idx in order.split(batch_size))
+            loss = (loss / math.ceil(n_obs / batch_size)).item()  # the epoch's one host sync
+            state.train_seconds += time.perf_counter() - began
+            if not math.isfinite(loss):
+                raise Diverged(epoch, loss)
+            warming = kl_scale is not None and epoch < schedule.kl_warmup
+            record = {"epoch": epoch, "elbo": math.nan if warming else -loss,
+                      "elbo_per_obs": math.nan if warming else -loss / n_obs, "time": state.train_seconds}
+            if kl_scale is not None:
+                record.update(objective=-loss, kl_scale=min(1.0, epoch / schedule.kl_warmup))
+            if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
+                record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
+                bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_plugin_mse"])
+            state.history.append(record)
+            state.epoch = epoch
+            if after_epoch:
+                after_epoch(record, epoch == schedule.epochs, stop.signum is not None)
+            if stop.signum:
+                raise Interrupted(stop.signum, epoch)
+    return state
