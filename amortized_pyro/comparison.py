@@ -63,7 +63,7 @@ WIDTHS = (1, 64, 128, 256)
 N_IMAGES = 5  # reconstructions shown per configuration
 
 
-def gap_reports(job, n_images, overwrite, log):
+def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
     """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
     with these settings, else measured now (:func:`amortized_pyro.gap.measure_run`) and saved there."""
     reports = []
@@ -73,13 +73,13 @@ def gap_reports(job, n_images, overwrite, log):
         if path.exists():
             report = json.loads(path.read_text())
             if (report["settings"], report["n_images"], report.get("refine_steps")) == \
-                    (asdict(COMPARE_GAP), images, list(COMPARE_REFINE)):
+                    (asdict(settings), images, list(COMPARE_REFINE)):
                 reports.append(report)
                 continue
             if not overwrite:
                 raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
         log("measuring the gaps of %s on %s images" % (job.name(), split))
-        report = measure_run(job.run_dir, split, n_images, COMPARE_GAP, COMPARE_REFINE, job.config.device, log)
+        report = measure_run(job.run_dir, split, n_images, settings, COMPARE_REFINE, job.config.device, log)
         path.write_text(json.dumps(report, indent=1) + "\n")
         reports.append(report)
     return reports
@@ -87,7 +87,7 @@ def gap_reports(job, n_images, overwrite, log):
 
 def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
             study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
-            executor="local", ray_options=None, gap_images=0, **config):
+            executor="local", ray_options=None, gap_images=0, gap_settings=None, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
@@ -97,7 +97,8 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``). ``executor``
     is "local" or "ray" (``ray_options``: address, cpus_per_run, gpus_per_run, retries; needs ``out``).
     ``gap_images`` > 0 measures, once training is done, the amortization and approximation gaps of each
-    configuration's first seed on its first ``gap_images`` training and test images (:func:`gap_reports`).
+    configuration's first seed on its first ``gap_images`` training and test images (:func:`gap_reports`),
+    with ``gap_settings`` (a :class:`~amortized_pyro.gap.GapSettings`; default and the command line's: COMPARE_GAP).
     """
     base = FitConfig(**config).check()
     grid = configurations(list(guides), list(widths))
@@ -141,7 +142,7 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     if gap_images:
         for job in jobs:
             if job.seed == seeds[0] and not isinstance(finished.get(id(job)), str):
-                results.gaps.extend(gap_reports(job, gap_images, overwrite, log))
+                results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings or COMPARE_GAP))
                 results.save(out / "results.jsonl")
     return results
 

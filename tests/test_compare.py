@@ -2,6 +2,7 @@
 import json
 import math
 import statistics
+from pathlib import Path
 
 import matplotlib.image
 import numpy as np
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from amortized_pyro import comparison, executors
 from amortized_pyro.cli import cli
 from amortized_pyro.comparison import compare, configurations
+from amortized_pyro.gap import GapSettings
 from amortized_pyro import plots
 from amortized_pyro.reports import format_summary
 from amortized_pyro.results import Results
@@ -156,6 +158,9 @@ def test_compare_and_plot_commands(tmp_path):
 
 
 def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch):
+    # the command's settings with a small Monte Carlo budget, so that the test takes seconds on any machine
+    small = GapSettings(theta_draws=2, importance_samples=100, samples=20, max_steps=300, window=50, patience=2)
+    monkeypatch.setattr(comparison, "COMPARE_GAP", small)
     args = ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0,1", "--dataset",
             "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8",
             "--z-dim", "3", "--predictive-draws", "0", "--gap-images", "5", "--no-progress", "--device", "cpu",
@@ -171,3 +176,12 @@ def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch):
     assert (tmp_path / "cmp" / "fig7_gaps.png").exists()
     monkeypatch.setattr(comparison, "measure_run", lambda *a, **k: pytest.fail("a saved gap report was measured again"))
     assert CliRunner().invoke(cli, args).exit_code == 0
+
+
+@pytest.mark.parametrize("study", ["offline", "informative"])
+def test_committed_results_stay_readable(study, tmp_path):
+    """Results committed by earlier versions (figures/) load, summarize and plot with this one."""
+    path = Path(__file__).parents[1] / "figures" / study / "results.jsonl"
+    results = Results.load(path)
+    assert results.rows and format_summary(results.summary())
+    assert len(plot_all(results, tmp_path)) >= 6

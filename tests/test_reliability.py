@@ -7,6 +7,7 @@ import sys
 import time
 
 import numpy as np
+import torch
 import pytest
 from click.testing import CliRunner
 
@@ -243,3 +244,19 @@ def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, monkeypatch):
     everything = CliRunner().invoke(cli, args[:2] + ["amortized"] + args[3:-1] + [str(tmp_path / "all")])
     assert everything.exit_code == 1 and "every run of the grid failed" in everything.output
     assert "FAILED" in (tmp_path / "all" / "summary.md").read_text()
+
+
+def test_a_checkpoint_from_an_earlier_version_says_it_cannot_be_resumed(tmp_path):
+    """Format 1 (Pyro's param-store state) is refused in one line, by resume and by load_run alike."""
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(out)]).exit_code == 0
+    (out / "summary.json").unlink()
+    old = {"epoch": 1, "param_state": {"params": {}, "constraints": {}}, "optimizer": {}, "history": []}
+    for name in ("checkpoint.pt", "params.pt"):
+        torch.save(old, out / name)
+    result = CliRunner().invoke(cli, ["fit", "--resume", str(out)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert "earlier version of amortized_pyro" in line and "cannot be loaded or resumed" in line
+    with pytest.raises(AmortizedPyroError, match="earlier version"):
+        load_run(out)
