@@ -168,6 +168,7 @@ def reconstructions(result, data):
     reconstructions (None where its guide has no factor for them)."""
     train, test = data.train[:N_IMAGES], data.test[:N_IMAGES]
     name = label(result.config.guide, result.config.width)
+    train_idx = torch.arange(len(train), device=train.device)
     return [("train", "original", train), ("test", "original", test),
-            ("train", name, reconstruct(result.model, result.guide, train, torch.arange(len(train), device=train.device))),
+            ("train", name, reconstruct(result.model, result.guide, train, train_idx)),
             ("test", name, reconstruct(result.model, result.guide, test))]

@@ -2,9 +2,9 @@
 
 Every field carries its help text and its range or choices (:func:`amortized_pyro.settings.option`); the
 command line's options are generated from them (:mod:`amortized_pyro.options`), and :meth:`FitConfig.check`
-applies the same rules to configurations made in Python. A preset is a TOML file whose top-level keys are FitConfig fields (dashes
-or underscores) and whose optional ``[compare]`` table holds a comparison's grid (``guides``, ``widths``,
-``seeds``, ``datasets``, ``data_seed``, ``study``, ``mse_threshold``)::
+applies the same rules to configurations made in Python. A preset is a TOML file whose top-level keys are
+FitConfig fields (dashes or underscores) and whose optional ``[compare]`` table holds a comparison's grid
+(``guides``, ``widths``, ``seeds``, ``datasets``, ``data_seed``, ``study``, ``mse_threshold``)::
 
     likelihood = "normal"
     obs_scale = 0.1

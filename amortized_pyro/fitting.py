@@ -55,9 +55,11 @@ class FitResult:
         return self.guide.state_dict()
 
     def evaluate(self, data, predictive_draws=0, seed=0):
-        """The plug-in (and predictive) MSEs of this run on ``data`` (see :func:`~amortized_pyro.evaluation.evaluate`)."""
+        """The plug-in (and predictive) MSEs of this run on ``data``, the predictive draws from a generator
+        seeded with ``seed`` (see :func:`~amortized_pyro.evaluation.evaluate`)."""
         data = data.to(torch.device(self.device))
-        return evaluate(self.model, self.guide, data, predictive_draws, torch.Generator(data.train.device).manual_seed(seed))
+        generator = torch.Generator(data.train.device).manual_seed(seed)
+        return evaluate(self.model, self.guide, data, predictive_draws, generator)
 
     @property
     def final(self):

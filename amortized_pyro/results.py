@@ -162,7 +162,8 @@ def _mean_sd(values):
 
 def ms_per_epoch(rows):
     """Training milliseconds per epoch after the first evaluated epoch (which holds the one-off set-up:
-    validation, JIT compilation); over the whole run where only one epoch was evaluated."""
+    allocations, and JIT compilation in runs of earlier versions); over the whole run where only one epoch
+    was evaluated."""
     first, last = rows[0], rows[-1]
     if last["epoch"] == first["epoch"]:
         return 1000 * last["time"] / last["epoch"]

@@ -5,8 +5,8 @@
 
 Each guide runs ``fit`` in a process of its own (so that peak memory is its own) on N = 10,000 training
 and 1,000 test images (the images of ``--dataset``, tiled where it has fewer), minibatches of 1,000,
-width 128, with the package's defaults (JIT on unless ``--no-jit``). Reports the median training time
-per epoch (the first epoch excluded: it validates shapes and compiles), the time of one evaluation of the
+width 128, with the package's defaults. Reports the median training time per epoch (the first epoch
+excluded: it holds the one-off validation and allocations), the time of one evaluation of the
 train and test MSE (median of 5), the set-up time (data on the device, first epoch), the projected time
 of the reference run, 5,000 epochs evaluated every ``--eval-every`` epochs, and peak memory (RSS; on
 CUDA also torch.cuda.max_memory_allocated).
@@ -31,8 +31,7 @@ def child(args):
     images = load_data(args.dataset, n_obs=11000, n_test=0, log=lambda line: None).train
     images = images.repeat(-(-11000 // len(images)), 1)[:11000]
     data = Data(images[:10000], images[10000:], args.dataset)
-    config = FitConfig(guide=args.child, width=128, epochs=args.epochs, device=args.device, jit=not args.no_jit,
-                       eval_every=args.epochs)
+    config = FitConfig(guide=args.child, width=128, epochs=args.epochs, device=args.device, eval_every=args.epochs)
     start = time.perf_counter()
     result = fit(config, data=data, progress=False)
     wall = time.perf_counter() - start
@@ -42,7 +41,7 @@ def child(args):
     eval_ms = []
     for _ in range(5):
         start = time.perf_counter()
-        evaluate(result.guide, device_data)
+        evaluate(result.model, result.guide, device_data)
         eval_ms.append(1000 * (time.perf_counter() - start))
     eval_ms = statistics.median(eval_ms)
     setup_s = wall - (args.epochs - 1) * train_ms / 1000 - eval_ms / 1000
@@ -60,20 +59,19 @@ def main():
     parser.add_argument("--dataset", default="mnist-sample")
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--eval-every", type=int, default=1)
-    parser.add_argument("--no-jit", action="store_true", help="train with --no-jit")
     parser.add_argument("--guides", nargs="+", default=list(GUIDES))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, %d threads" % torch.get_num_threads()
-    print("# %s | %d epochs timed | jit %s" % (where, args.epochs, not args.no_jit))
+    print("# %s | %d epochs timed" % (where, args.epochs))
     print("| guide | train ms/epoch | one evaluation (ms) | set-up (s) | 5,000 epochs, eval every %d (projected) "
           "| peak RSS MiB | CUDA peak MiB |" % args.eval_every)
     print("|---|---|---|---|---|---|---|")
     for guide in args.guides:
         command = [sys.executable, __file__, "--child", guide, "--device", args.device, "--dataset", args.dataset,
-                   "--epochs", str(args.epochs), "--eval-every", str(args.eval_every)] + (["--no-jit"] * args.no_jit)
+                   "--epochs", str(args.epochs), "--eval-every", str(args.eval_every)]
         r = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
         print("| %s | %.0f | %.0f | %.1f | %.1f min | %.0f | %s |" % (
             guide, r["train_ms_per_epoch"], r["eval_ms"], r["setup_s"], r["projected_min"], r["peak_rss_mib"], "%.0f" % r["cuda_max_allocated_mib"] if "cuda_max_allocated_mib" in r else "–"),

@@ -1,4 +1,4 @@
-"""Time one training step: a handwritten PyTorch step vs Pyro's SVI vs the package's step.
+"""Time one training step: a handwritten PyTorch step vs Pyro's stock ELBO module vs the package's step.
 
     python bench/bench_step.py --device cpu --configs reference small
     python bench/bench_step.py --device cuda --dataset ../shared/data/mnist
@@ -7,11 +7,11 @@ Methods, interleaved round by round on the same minibatches (absolute times drif
 do not):
   handwritten    the test oracle's ELBO (tests/oracle.py) with the same reparameterized draws, one
                  torch.optim.Adam, plain PyTorch
-  svi            pyro.infer.SVI + Trace_ELBO + pyro.optim.Adam, Pyro's defaults (validation on)
-  svi-noval      the same with pyro.enable_validation(False)
-  no-jit         the package's step with ``--no-jit``: DeviceTrace_ELBO + one foreach Adam (svi.step),
+  trace-elbo     Pyro's stock ``Trace_ELBO()(model, guide)`` module on the package's model and guide, the
+                 same torch Adam, validation off: Pyro's documented interface, which reads every site's
+                 log-density back to the host
+  package        the package's step: DeviceTrace_ELBO's module + one foreach Adam (svi.step),
                  FixedScaleNormal likelihood and prior, no validation, no host sync
-  jit            the package's default step (``--jit``): the same with DeviceJitTrace_ELBO
 Prints median ms per step, the ratio to handwritten, and peak memory per method (CUDA: the increase of
 ``torch.cuda.max_memory_allocated`` over the data; CPU: the process's peak RSS at the end).
 """
@@ -25,21 +25,21 @@ from pathlib import Path
 import torch
 
 import pyro
-from pyro.infer import SVI, Trace_ELBO
+from pyro.infer import Trace_ELBO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
 from amortized_pyro.guides import Encoder, make_guide  # noqa: E402
-from amortized_pyro.svi import create_params, make_elbo, make_optimizer, step as svi_step  # noqa: E402
+from amortized_pyro.svi import make_elbo, make_optimizer, step as svi_step  # noqa: E402
 from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
 
 CONFIGS = {  # N, B, z_dim, H, encoder width
     "reference": dict(n_obs=10000, batch=1000, z_dim=64, hidden=256, width=128),
     "small": dict(n_obs=1000, batch=100, z_dim=16, hidden=64, width=32),
 }
-METHODS = ("handwritten", "svi", "svi-noval", "no-jit", "jit")
+METHODS = ("handwritten", "trace-elbo", "package")
 
 
 class HandwrittenStep:
@@ -80,23 +80,15 @@ class HandwrittenStep:
 
 
 def pyro_step(method, guide_name, cfg, x_dim, lr, device):
-    """A step function; the Pyro methods share the global param store (this times steps, not training)."""
-    model = BayesianDecoderModel(cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"])
-    guide = make_guide(guide_name, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"], device=device)
-    if method.startswith("svi"):
-        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), Trace_ELBO())
-
-        def step(x, idx):
-            with pyro.validation_enabled(method == "svi"):
-                return svi.step(x, idx)
-        return step
-    first = torch.arange(cfg["batch"], device=device)
-    optimizer = make_optimizer(create_params(guide, (torch.zeros(cfg["batch"], x_dim, device=device), first)), lr)
-    elbo = make_elbo(jit=method == "jit")
+    """A step function of the package's model and guide, with Pyro's stock estimator or the package's."""
+    model = BayesianDecoderModel(cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"]).to(device)
+    guide = make_guide(guide_name, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"]).to(device)
+    elbo = (Trace_ELBO() if method == "trace-elbo" else make_elbo())(model, guide)
+    optimizer = make_optimizer(guide, lr)
 
     def step(x, idx):
         with pyro.validation_enabled(False):
-            return svi_step(elbo, model, guide, optimizer, x, idx)
+            return svi_step(elbo, optimizer, x, idx)
     return step
 
 
@@ -120,7 +112,7 @@ def bench(guide, cfg_name, data, device, rounds, steps, lr):
         steppers[method] = (HandwrittenStep(guide, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"],
                                             lr, device)
                             if method == "handwritten" else pyro_step(method, guide, cfg, x_dim, lr, device))
-        for i in range(3):  # warm-up: parameter creation, optimizer state, JIT compilation
+        for i in range(3):  # warm-up: optimizer state, allocator
             steppers[method](x_all[batches[i]], batches[i])
         sync(device)
         if device.type == "cuda":
@@ -156,17 +148,16 @@ def main():
     images = images.repeat(-(-10000 // len(images)), 1)[:10000].to(device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, %d threads" % torch.get_num_threads()
     print("# %s | torch %s | pyro %s | data %s" % (where, torch.__version__, pyro.__version__, args.dataset))
-    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | ratio to handwritten: jit (default) · no-jit · svi · svi-noval |"
-          + (" peak MiB (handwritten / jit) |" if device.type == "cuda" else ""))
+    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | ratio to handwritten: package · trace-elbo |"
+          + (" peak MiB (handwritten / package) |" if device.type == "cuda" else ""))
     print("|---" * (len(METHODS) + 3 + (device.type == "cuda")) + "|")
     for cfg_name in args.configs:
         for guide in args.guides:
             ms, peak = bench(guide, cfg_name, images, device, args.rounds, args.steps, 1e-3)
             row = "| %s | %s | " % (cfg_name, guide) + " | ".join("%.2f" % ms[m] for m in METHODS)
-            row += " | **%.2f×** · %.2f× · %.2f× · %.2f× |" % tuple(
-                ms[m] / ms["handwritten"] for m in ("jit", "no-jit", "svi", "svi-noval"))
+            row += " | **%.2f×** · %.2f× |" % tuple(ms[m] / ms["handwritten"] for m in ("package", "trace-elbo"))
             if peak:
-                row += " %.0f / %.0f |" % (peak["handwritten"], peak["jit"])
+                row += " %.0f / %.0f |" % (peak["handwritten"], peak["package"])
             print(row, flush=True)
     print("# peak RSS of this process: %.0f MiB" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 

@@ -1,47 +1,66 @@
-"""Does torch.compile work on the package's ELBO, and does it pay? (CPU check for BENCHMARKS.md)
+"""Does torch.compile pay on the package's training step? (the check behind BENCHMARKS.md)
 
-    python bench/try_torch_compile.py
+    python bench/try_torch_compile.py --configs small reference
+    python bench/try_torch_compile.py --device cuda
 
-Compiles ``DeviceTrace_ELBO.differentiable_loss`` for the amortized guide at the reference configuration,
-checks that it computes the plain loss for the same seed, then times forward+backward for the plain,
-torch.jit (``--jit``) and torch.compile versions, interleaved.
+For the amortized guide, compiles the ELBO module (``torch.compile(make_elbo()(model, guide))``), reports the
+compilation time and the loss of both for one seed, then times whole steps (loss, backward, Adam) of the
+eager and the compiled module, interleaved round by round.
 """
+import argparse
 import statistics
 import time
-import warnings
 
 import torch
 
 import pyro
 from amortized_pyro import BayesianDecoderModel, make_guide
-from amortized_pyro.svi import make_elbo
+from amortized_pyro.svi import make_elbo, make_optimizer, step
 
-warnings.filterwarnings("ignore")
-N = 10000
-x_all = torch.rand(N, 784)
-pyro.set_rng_seed(0)
-model, guide = BayesianDecoderModel(N), make_guide("amortized", N)
-plain, jit = make_elbo(), make_elbo(jit=True)
-idx = torch.arange(1000)
-plain.differentiable_loss(model, guide, x_all[idx], idx)
-jit.differentiable_loss(model, guide, x_all[idx], idx)
-pyro.enable_validation(False)
-compiled = torch.compile(lambda x, i: plain.differentiable_loss(model, guide, x, i))
-start = time.perf_counter()
-compiled(x_all[idx], idx).backward()
-print("torch.compile: first call (compilation) %.1f s" % (time.perf_counter() - start))
-pyro.set_rng_seed(3)
-a = compiled(x_all[idx], idx).item()
-pyro.set_rng_seed(3)
-b = plain.differentiable_loss(model, guide, x_all[idx], idx).item()
-print("same seed: compiled loss %.6g, plain loss %.6g, relative difference %.2g" % (a, b, abs(a - b) / abs(b)))
-times = {"plain": [], "jit": [], "compile": []}
-fns = {"plain": lambda: plain.differentiable_loss(model, guide, x_all[idx], idx),
-       "jit": lambda: jit.differentiable_loss(model, guide, x_all[idx], idx),
-       "compile": lambda: compiled(x_all[idx], idx)}
-for _ in range(10):
-    for name, fn in fns.items():
-        start = time.perf_counter()
-        fn().backward()
-        times[name].append(1000 * (time.perf_counter() - start))
-print("forward+backward, median ms: " + ", ".join("%s %.1f" % (k, statistics.median(v)) for k, v in times.items()))
+CONFIGS = {"reference": (10000, 1000, 64, 256, 128), "small": (1000, 100, 16, 64, 32)}  # N, B, z, H, width
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--configs", nargs="+", default=["small", "reference"], choices=list(CONFIGS))
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    for name in args.configs:
+        n, b, z_dim, hidden, width = CONFIGS[name]
+        pyro.set_rng_seed(0)
+        x_all = torch.rand(n, 784, device=device)
+        model = BayesianDecoderModel(n, 784, z_dim, hidden).to(device)
+        guide = make_guide("amortized", n, 784, z_dim, hidden, width).to(device)
+        eager = make_elbo()(model, guide)
+        compiled = torch.compile(eager)
+        optimizer = make_optimizer(guide)
+        batches = [torch.randint(0, n, (b,), device=device) for _ in range(4)]
+        with pyro.validation_enabled(False):
+            start = time.perf_counter()
+            pyro.set_rng_seed(3)
+            a = compiled(x_all[batches[0]], batches[0]).item()
+            print("%s: torch.compile's first call (compilation) %.1f s" % (name, time.perf_counter() - start))
+            pyro.set_rng_seed(3)
+            b_loss = eager(x_all[batches[0]], batches[0]).item()
+            print("%s: same seed: compiled loss %.6g, eager loss %.6g" % (name, a, b_loss))
+            times = {"eager": [], "compiled": []}
+            for r in range(args.rounds):
+                for method, elbo in (("eager", eager), ("compiled", compiled))[:: 1 if r % 2 else -1]:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    for s in range(args.steps):
+                        idx = batches[s % len(batches)]
+                        step(elbo, optimizer, x_all[idx], idx)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    times[method].append(1000 * (time.perf_counter() - start) / args.steps)
+        print("%s: ms per step (median of %d rounds): eager %.2f, compiled %.2f" % (
+            name, args.rounds, statistics.median(times["eager"]), statistics.median(times["compiled"])))
+
+
+if __name__ == "__main__":
+    main()
