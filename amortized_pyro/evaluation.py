@@ -51,7 +51,7 @@ def predict(model, guide, x, idx, draws, generator):
         return None
     total = torch.zeros_like(x)
     for _ in range(draws):
-        theta = guide.theta.sample(generator)
+        theta = guide.q_theta.sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
             total[rows] += model.observation_mean(decode(z, theta))

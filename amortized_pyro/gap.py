@@ -87,7 +87,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     quantities are None where it has no factor for these images."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
-    log_joint, q_theta = model.local_log_joint, guide.theta
+    log_joint, q_theta = model.local_log_joint, guide.q_theta
     thetas = theta_draws(q_theta, settings, generator)
     factor = guide.factor(x, idx)
     start = factor if factor is not None else (torch.zeros(x.shape[0], model.z_dim, device=x.device),

@@ -12,7 +12,8 @@ studies' code starts them (``qz_init="random"``: per-datapoint μ ~ N(0, 1), log
 μ, log σ ~ N(0, 1)), drawn from a generator seeded with the run's seed. The encoder (``encoder_layers``
 hidden layers of width k) starts with PyTorch's default Linear initialisation, from the global stream.
 Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`` holds all its parameters
-(``theta.w1.loc_unconstrained``, ..., ``local.loc``/``local.log_scale`` or ``local.encoder.*``).
+(``q_theta.loc_unconstrained``, ``q_theta.scale_unconstrained``, and ``q_z.loc``/``q_z.log_scale`` or
+``q_z.encoder.*``).
 """
 from collections import namedtuple
 
@@ -107,23 +108,23 @@ class FreeFactor(LocalModule):
 
 class Guide(LocalModule):
     """The guide ``guide(x, idx, kl_scale=None)``: θ ~ q(θ), then z_n ~ q(z_n) inside the subsampled
-    ``data`` plate. ``theta`` is q(θ) (:class:`DecoderPosterior`), ``local`` the factor q(z_n)."""
+    ``data`` plate. ``q_theta`` is q(θ) (:class:`DecoderPosterior`), ``q_z`` the family's factor q(z_n)."""
 
-    def __init__(self, family, n_obs, theta, local):
+    def __init__(self, family, n_obs, q_theta, q_z):
         super().__init__()
         self.family, self.n_obs = family, n_obs
-        self.theta, self.local = theta, local
+        self.q_theta, self.q_z = q_theta, q_z
 
     def forward(self, x, idx, kl_scale=None):
-        theta = self.theta(kl_scale)
+        theta = self.q_theta(kl_scale)
         with pyro.plate("data", self.n_obs, subsample=idx):
-            loc, scale = self.local(x, idx, theta)
+            loc, scale = self.q_z(x, idx, theta)
             with kl_scaled(kl_scale):
                 pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
     def decoder_mean(self):
         """E_q[θ], site → tensor, in the shapes :func:`amortized_pyro.model.decode` takes."""
-        return self.theta.mean()
+        return self.q_theta.mean()
 
     @torch.no_grad()
     def factor(self, x, idx=None):
@@ -131,10 +132,10 @@ class Guide(LocalModule):
         the family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at
         E_q[θ] with draws from a generator of its own, so that an evaluation is the same every time."""
         if idx is None:
-            if not self.local.can_infer_unseen:
+            if not self.q_z.can_infer_unseen:
                 return None
             idx = torch.arange(x.shape[0], device=x.device)
-        return self.local(x, idx, self.decoder_mean(), torch.Generator(x.device).manual_seed(0))
+        return self.q_z(x, idx, self.decoder_mean(), torch.Generator(x.device).manual_seed(0))
 
     def latent_mean(self, x, idx=None):
         """E_q[z_n] for images x, or None (see :meth:`factor`)."""
@@ -176,11 +177,11 @@ def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_s
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     if family == "amortized":
-        local = AmortizedFactor(x_dim, z_dim, width, encoder_layers)
+        q_z = AmortizedFactor(x_dim, z_dim, width, encoder_layers)
     elif family == "semi-amortized":
         if log_joint is None:
             raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
-        local = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint)
+        q_z = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint)
     else:
-        local = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
-    return Guide(family, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), local)
+        q_z = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
+    return Guide(family, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), q_z)

@@ -47,7 +47,7 @@ def decays(name, value):
     """Whether AdamW's weight decay applies to the guide parameter ``name``: only q(z)'s matrices (the
     encoder's weight matrices, the per-datapoint table), as in the reference study's code, which decays
     every tensor of two or more dimensions and keeps q(θ) as one flat vector; never q(θ), never a vector."""
-    return not name.startswith("theta.") and value.dim() >= 2
+    return not name.startswith("q_theta.") and value.dim() >= 2
 
 
 def make_optimizer(guide, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999)):

@@ -39,7 +39,7 @@ def test_fit_writes_all_outputs(tmp_path, guide):
                                 "train_predictive_mse", "test_predictive_mse"}
     assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
     state = torch.load(tmp_path / "params.pt", weights_only=False)
-    assert state["format"] == 2 and "theta.loc_unconstrained" in state["guide"]
+    assert state["format"] == 2 and "q_theta.loc_unconstrained" in state["guide"]
 
 
 def test_module_entry_point_runs_fit_as_written(tmp_path):

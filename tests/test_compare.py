@@ -123,6 +123,14 @@ def test_figures_show_what_they_say(tiny, tmp_path):
     bars = speed.axes[1].patches
     assert len(bars) == 2 and all(bar.get_height() > 0 for bar in bars)  # ms per epoch of each configuration
     assert [t.get_text() for t in speed.axes[1].get_xticklabels()] == ["A-VI k=8", "F-VI"]
+    grid = plots.reconstruction_figure(results, "mnist-sample", tmp_path / "f5.png")
+    titles = [ax.get_title() for ax in grid.axes if ax.get_title()]
+    assert titles == ["original", "A-VI k=8", "F-VI"]
+    shown = {(ax.get_subplotspec().colspan.start, ax.get_subplotspec().rowspan.start): bool(ax.get_images())
+             for ax in grid.axes}
+    n = len(results.reconstructions[0]["images"])  # images per split; rows: train images, then test images
+    assert all(shown[(col, row)] for col in range(3) for row in range(n))  # every column has its train images
+    assert not any(shown[(2, row)] for row in range(n, 2 * n)) and all(shown[(1, row)] for row in range(n, 2 * n))
 
 
 def test_resuming_skips_finished_runs(tiny, monkeypatch):

@@ -39,14 +39,14 @@ def variational_params(guide, idx):
     """(m, s) of every θ site, and (μ, σ) of q(z) for the batch, read from the guide's state_dict by name."""
     p = {name: value.detach() for name, value in guide.state_dict().items()}
     shapes = [(HIDDEN, Z_DIM), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (X_DIM, HIDDEN), (X_DIM,)]
-    locs = split_theta(p["theta.loc_unconstrained"], shapes)
-    scales = split_theta(p["theta.scale_unconstrained"].exp(), shapes)
+    locs = split_theta(p["q_theta.loc_unconstrained"], shapes)
+    scales = split_theta(p["q_theta.scale_unconstrained"].exp(), shapes)
     q_theta = {l: (m, s) for l, m, s in zip(LAYERS, locs, scales)}
     if guide.family == "amortized":
-        return q_theta, None, {k[len("local.encoder."):]: v for k, v in p.items() if k.startswith("local.encoder.")}
+        return q_theta, None, {k[len("q_z.encoder."):]: v for k, v in p.items() if k.startswith("q_z.encoder.")}
     if guide.family == "per-datapoint":
-        return q_theta, (p["local.loc"][idx], p["local.log_scale"][idx].exp()), None
-    return q_theta, (p["local.loc"].expand(len(idx), -1), p["local.log_scale"].exp().expand(len(idx), -1)), None
+        return q_theta, (p["q_z.loc"][idx], p["q_z.log_scale"][idx].exp()), None
+    return q_theta, (p["q_z.loc"].expand(len(idx), -1), p["q_z.log_scale"].exp().expand(len(idx), -1)), None
 
 
 def oracle_q(guide, x, idx):

@@ -105,14 +105,14 @@ def pairs(result, reference):
     """(package tensor, reference tensor) for every variational parameter, unconstrained (log-sds) as the
     guide's state_dict keeps them (q(θ) as one flat vector in the decoder's layer order, as the study's)."""
     params = {k: v.detach() for k, v in result.state_dict().items()}
-    found = [(params["theta.loc_unconstrained"], reference.theta_mean),
-             (params["theta.scale_unconstrained"], reference.theta_log_sd)]
+    found = [(params["q_theta.loc_unconstrained"], reference.theta_mean),
+             (params["q_theta.scale_unconstrained"], reference.theta_log_sd)]
     if reference.guide == "amortized":
         for name, layer in (("body.0", reference.hidden), ("loc", reference.mean_head), ("log_scale", reference.sd_head)):
-            found += [(params["local.encoder.%s.weight" % name], layer.weight),
-                      (params["local.encoder.%s.bias" % name], layer.bias)]
+            found += [(params["q_z.encoder.%s.weight" % name], layer.weight),
+                      (params["q_z.encoder.%s.bias" % name], layer.bias)]
     else:
-        found += [(params["local.loc"], reference.z_mean), (params["local.log_scale"], reference.z_log_sd)]
+        found += [(params["q_z.loc"], reference.z_mean), (params["q_z.log_scale"], reference.z_log_sd)]
     return [(ours, theirs.detach()) for ours, theirs in found]
 
 

@@ -38,9 +38,9 @@ class Linear:
         # correlation is weak enough (KL of the best mean-field factor 0.09 < −½ log(3/4)) for importance
         # weights with a mean-field proposal to have finite variance, so the importance-weighted estimate
         # converges at the usual rate
-        means = torch.cat([0.45 * torch.randn(shape).flatten() for shape in self.guide.theta.shapes.values()])
+        means = torch.cat([0.45 * torch.randn(shape).flatten() for shape in self.guide.q_theta.shapes.values()])
         with torch.no_grad():
-            self.guide.theta.loc_unconstrained.copy_(means)
+            self.guide.q_theta.loc_unconstrained.copy_(means)
         t = self.guide.decoder_mean()
         self.W = t["decoder.w3"] @ t["decoder.w2"] @ t["decoder.w1"]
         self.b = t["decoder.w3"] @ (t["decoder.w2"] @ t["decoder.b1"] + t["decoder.b2"]) + t["decoder.b3"]
@@ -133,8 +133,8 @@ def test_factors_at_the_optimum_have_no_amortization_gap_and_poor_ones_do(linear
     settings = GapSettings(theta="mean", samples=2000, lr=0.02, step_samples=64, window=50, patience=5)
     loc, scale = linear.optimum()
     with torch.no_grad():
-        linear.guide.local.loc.copy_(loc)
-        linear.guide.local.log_scale.copy_(scale.log())
+        linear.guide.q_z.loc.copy_(loc)
+        linear.guide.q_z.log_scale.copy_(scale.log())
     at_optimum = measure(linear.model, linear.guide, linear.x, linear.idx, settings)["amortization_gap"]
     assert abs(at_optimum["mean"]) < 4 * at_optimum["stderr"] + 0.01
     from_prior = measure(linear.model, linear.guide, linear.x, None, settings, refine_steps=(0, 5))

@@ -67,13 +67,13 @@ def test_guides_share_one_q_theta_and_differ_in_q_z():
         guide = build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), N, X_DIM, Z_DIM, HIDDEN, width=6)
         guide(x, idx)
         names[guide_name] = {k: tuple(v.shape) for k, v in guide.state_dict().items()}
-        assert torch.allclose(guide.theta.scale, torch.tensor(0.1353352832))  # e^-2, q(θ)'s start
+        assert torch.allclose(guide.q_theta.scale, torch.tensor(0.1353352832))  # e^-2, q(θ)'s start
     size = sum(torch.Size(shape).numel() for shape in SHAPES.values())
     for params in names.values():  # q(θ): flat means and (unconstrained) scales over every decoder tensor
-        assert {k: v for k, v in params.items() if k.startswith("theta.")} == {
-            "theta.loc_unconstrained": (size,), "theta.scale_unconstrained": (size,)}
-    assert names["per-datapoint"]["local.loc"] == (N, Z_DIM) and names["shared"]["local.loc"] == (Z_DIM,)
-    assert names["amortized"]["local.encoder.body.0.weight"] == (6, X_DIM)
+        assert {k: v for k, v in params.items() if k.startswith("q_theta.")} == {
+            "q_theta.loc_unconstrained": (size,), "q_theta.scale_unconstrained": (size,)}
+    assert names["per-datapoint"]["q_z.loc"] == (N, Z_DIM) and names["shared"]["q_z.loc"] == (Z_DIM,)
+    assert names["amortized"]["q_z.encoder.body.0.weight"] == (6, X_DIM)
     assert names["semi-amortized"] == names["amortized"]
     assert not list(pyro.get_param_store().keys())  # nothing in Pyro's global store
 
@@ -84,8 +84,8 @@ def test_two_guides_never_share_parameters():
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
     first, second = (build_guide("per-datapoint", model, N, X_DIM, Z_DIM, HIDDEN) for _ in range(2))
     with torch.no_grad():
-        first.local.loc.add_(1.0)
-    assert torch.equal(second.local.loc, torch.zeros(N, Z_DIM))
+        first.q_z.loc.add_(1.0)
+    assert torch.equal(second.q_z.loc, torch.zeros(N, Z_DIM))
     assert not set(map(id, first.parameters())) & set(map(id, second.parameters()))
 
 

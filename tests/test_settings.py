@@ -80,9 +80,9 @@ def test_warmup_records_its_objective_and_no_elbo_until_the_scale_is_one(tiny_da
 
 def test_weight_decay_applies_to_q_z_matrices_only():
     table, vector = torch.zeros(5, 3), torch.zeros(3)
-    assert decays("local.loc", table) and decays("local.encoder.body.0.weight", table)
-    assert not decays("local.loc", vector) and not decays("local.encoder.body.0.bias", vector)
-    assert not decays("theta.loc_unconstrained", table) and not decays("theta.scale_unconstrained", table)
+    assert decays("q_z.loc", table) and decays("q_z.encoder.body.0.weight", table)
+    assert not decays("q_z.loc", vector) and not decays("q_z.encoder.body.0.bias", vector)
+    assert not decays("q_theta.loc_unconstrained", table) and not decays("q_theta.scale_unconstrained", table)
 
 
 def test_evaluating_does_not_change_training(tiny_data):
@@ -96,7 +96,7 @@ def test_predictive_mse_meets_plug_in_only_when_q_is_nearly_a_point(tiny_data):
     studies' wide q(θ) they do not (Ω is nonlinear and the weight noise is large)."""
     point = fit(SMALL, data=tiny_data, guide="shared", init_scale=1e-6, epochs=1, progress=False)
     with torch.no_grad():
-        point.guide.local.log_scale.fill_(-14.0)
+        point.guide.q_z.log_scale.fill_(-14.0)
     values = evaluate(point.model, point.guide, tiny_data, predictive_draws=3, generator=torch.Generator())
     assert values["train_predictive_mse"] == pytest.approx(values["train_plugin_mse"], rel=1e-4)
     wide = fit(SMALL, data=tiny_data, guide="shared", epochs=1, progress=False).final

@@ -90,11 +90,11 @@ def test_refinement_raises_the_local_elbo_and_the_encoder_still_learns(tiny_data
     x = tiny_data.test
     generator = torch.Generator().manual_seed(0)
     thetas = [result.guide.decoder_mean()]
-    raw = [t.detach() for t in result.guide.local.encoder(x)]
+    raw = [t.detach() for t in result.guide.q_z.encoder(x)]
     refined = result.guide.factor(x)
     log_joint = result.model.local_log_joint
     gain = local_elbo(log_joint, x, *refined, thetas, 200, generator) - local_elbo(log_joint, x, *raw, thetas, 200, generator)
     assert gain.mean() > 4 * gain.std() / math.sqrt(len(gain))
     loss = make_elbo()(result.model, result.guide)(tiny_data.train[:40], torch.arange(40))
-    grads = torch.autograd.grad(loss, list(result.guide.local.encoder.parameters()))
+    grads = torch.autograd.grad(loss, list(result.guide.q_z.encoder.parameters()))
     assert all(torch.isfinite(g).all() for g in grads) and sum(g.abs().sum() for g in grads) > 0
