@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .errors import AmortizedPyroError
 from .guides import GUIDES, QZ_INITS
-from .model import LIKELIHOODS
-from .posterior import THETA_INIT_SCALE
+from .model import LIKELIHOODS, LOCAL_TERMS
+from .posterior import OBJECTIVES, THETA_INIT_SCALE
 from .settings import Checked, field_error, option
 
 try:
@@ -27,6 +27,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+BATCH_ORDERS = ("shuffled", "blocks")
 COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
 
 
@@ -55,6 +56,8 @@ class FitConfig(Checked):
     width: int = option(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
     encoder_layers: int = option(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
                                  "authors' original).", low=1)
+    encoder_slope: float = option(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
+                                  "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", low=0)
     refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
                                "minibatch (0: A-VI exactly).", low=0)
     refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
@@ -91,6 +94,19 @@ class FitConfig(Checked):
     weight_decay: float = option(0.0, "AdamW's decoupled weight decay, applied to q(z)'s matrices only (the "
                                  "encoder's weight matrices, the per-datapoint table), never to q(θ); 0 = Adam.",
                                  low=0)
+    objective: str = option("elbo", "elbo: train on the ELBO. reference: the studies' objective, which is NOT an "
+                            "ELBO: their log q takes variances and is given standard deviations, so every "
+                            "coordinate of q(θ) and q(z) is scored as N(m, s) with variance s (not s²), −log q = "
+                            "½ log s + ½ s ε² + const; this weakens the entropy's push on log s (½ + s/2 instead "
+                            "of 1) and shrinks q. Draws are unchanged; the true ELBO is still recorded.",
+                            choices=OBJECTIVES)
+    local_terms: str = option("minibatch", "minibatch: the z terms log p(z_n) − log q(z_n) of the minibatch, "
+                              "scaled by N/B (an unbiased ELBO estimate). all: those of all N images at every "
+                              "step, unscaled, as the authors' code (the likelihood stays the minibatch's, "
+                              "scaled by N/B).", choices=LOCAL_TERMS)
+    batch_order: str = option("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
+                              "fixed consecutive blocks of the data, in order, every epoch (the authors' code).",
+                              choices=BATCH_ORDERS)
     particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
     kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",

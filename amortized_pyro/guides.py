@@ -15,31 +15,32 @@ Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`
 (``q_theta.loc_unconstrained``, ``q_theta.scale_unconstrained``, and ``q_z.loc``/``q_z.log_scale`` or
 ``q_z.encoder.*``).
 """
+import contextlib
 from collections import namedtuple
 
 import torch
 from torch import nn
 
 import pyro
-import pyro.distributions as dist
 
 from .errors import AmortizedPyroError
 from .local_elbo import optimize
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 from .modules import LocalModule
-from .posterior import THETA_INIT_SCALE, DecoderPosterior
+from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
 
 QZ_INITS = ("prior", "random")
 
 
 class Encoder(nn.Module):
-    """x → width (→ width …, ``layers`` hidden layers, LeakyReLU 0.2) → (loc, log-scale) heads of size z_dim."""
+    """x → width (→ width …, ``layers`` hidden layers, LeakyReLU of negative slope ``slope``) → (loc,
+    log-scale) heads of size z_dim."""
 
-    def __init__(self, x_dim, z_dim, width, layers=2):
+    def __init__(self, x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
         super().__init__()
         sizes = [x_dim] + [width] * layers
         self.body = nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
-                                    for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(LEAKY_SLOPE))])
+                                    for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
         self.loc = nn.Linear(width, z_dim)
         self.log_scale = nn.Linear(width, z_dim)
 
@@ -53,9 +54,9 @@ class AmortizedFactor(LocalModule):
 
     can_infer_unseen = True
 
-    def __init__(self, x_dim, z_dim, width, layers=2):
+    def __init__(self, x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
         super().__init__()
-        self.encoder = Encoder(x_dim, z_dim, width, layers)
+        self.encoder = Encoder(x_dim, z_dim, width, layers, slope)
 
     def forward(self, x, idx, theta=None, generator=None):
         return self.encoder(x)
@@ -69,8 +70,8 @@ class SemiAmortizedFactor(AmortizedFactor):
     through the steps themselves (Kim et al. differentiate through them). A training step costs about
     (1 + steps) decoder passes."""
 
-    def __init__(self, x_dim, z_dim, width, layers, steps, lr, log_joint):
-        super().__init__(x_dim, z_dim, width, layers)
+    def __init__(self, x_dim, z_dim, width, layers, steps, lr, log_joint, slope=LEAKY_SLOPE):
+        super().__init__(x_dim, z_dim, width, layers, slope)
         self.steps, self.lr, self.log_joint = steps, lr, log_joint
 
     def forward(self, x, idx, theta=None, generator=None):
@@ -107,20 +108,40 @@ class FreeFactor(LocalModule):
 
 
 class Guide(LocalModule):
-    """The guide ``guide(x, idx, kl_scale=None)``: θ ~ q(θ), then z_n ~ q(z_n) inside the subsampled
-    ``data`` plate. ``q_theta`` is q(θ) (:class:`DecoderPosterior`), ``q_z`` the family's factor q(z_n)."""
+    """The guide ``guide(x, idx, kl_scale=None, x_all=None)``: θ ~ q(θ), then z_n ~ q(z_n) inside the
+    subsampled ``data`` plate (``local_terms="minibatch"``), or for all N images x_all inside the plate
+    ``latents`` (``"all"``, as the model). ``q_theta`` is q(θ) (:class:`DecoderPosterior`), ``q_z`` the
+    family's factor q(z_n); both are scored as ``objective`` says (:func:`~amortized_pyro.posterior.q_normal`)."""
 
-    def __init__(self, family, n_obs, q_theta, q_z):
+    def __init__(self, family, n_obs, q_theta, q_z, objective="elbo", local_terms="minibatch"):
         super().__init__()
-        self.family, self.n_obs = family, n_obs
+        self.family, self.n_obs, self.local_terms = family, n_obs, local_terms
         self.q_theta, self.q_z = q_theta, q_z
+        self.objective = q_theta.objective = objective
 
-    def forward(self, x, idx, kl_scale=None):
+    def forward(self, x, idx, kl_scale=None, x_all=None):
         theta = self.q_theta(kl_scale)
+        normal = q_normal(self.objective)
+        if self.local_terms == "all":
+            with pyro.plate("latents", self.n_obs):
+                loc, scale = self.q_z(x_all, torch.arange(self.n_obs, device=idx.device), theta)
+                with kl_scaled(kl_scale):
+                    pyro.sample("z", normal(loc, scale).to_event(1))
+            return
         with pyro.plate("data", self.n_obs, subsample=idx):
             loc, scale = self.q_z(x, idx, theta)
             with kl_scaled(kl_scale):
-                pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+                pyro.sample("z", normal(loc, scale).to_event(1))
+
+    @contextlib.contextmanager
+    def scored_as(self, objective):
+        """q(θ) and q(z) scored as ``objective`` for the duration (the true ELBO of a ``reference`` run)."""
+        before = self.objective
+        self.objective = self.q_theta.objective = objective
+        try:
+            yield self
+        finally:
+            self.objective = self.q_theta.objective = before
 
     def decoder_mean(self):
         """E_q[θ], site → tensor, in the shapes :func:`amortized_pyro.model.decode` takes."""
@@ -166,22 +187,26 @@ def display_order(name):
 
 
 def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
-               encoder_layers=2, qz_init="prior", seed=0, refine_steps=0, refine_lr=1e-2, log_joint=None):
+               encoder_layers=2, qz_init="prior", seed=0, refine_steps=0, refine_lr=1e-2, log_joint=None,
+               encoder_slope=LEAKY_SLOPE, objective="elbo", local_terms="minibatch"):
     """The guide of ``family`` ∈ GUIDES, on the CPU (move it with ``.to(device)``): ``width`` and
     ``encoder_layers`` are the encoder's (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start
     (F-VI, constant-VI), ``refine_steps``, ``refine_lr`` and the model's ``log_joint``
-    (:meth:`BayesianDecoderModel.local_log_joint`) SA-VI's refinement. A FitConfig checks these values
-    before a run; here only what would otherwise fail obscurely is refused."""
+    (:meth:`BayesianDecoderModel.local_log_joint`) SA-VI's refinement, ``encoder_slope`` the encoder's
+    LeakyReLU, ``objective`` how q is scored and ``local_terms`` which z the guide draws (see :class:`Guide`).
+    A FitConfig checks these values before a run; here only what would otherwise fail obscurely is refused."""
     if family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     if family == "amortized":
-        q_z = AmortizedFactor(x_dim, z_dim, width, encoder_layers)
+        q_z = AmortizedFactor(x_dim, z_dim, width, encoder_layers, encoder_slope)
     elif family == "semi-amortized":
         if log_joint is None:
             raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
-        q_z = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint)
+        q_z = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint,
+                                  encoder_slope)
     else:
         q_z = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
-    return Guide(family, n_obs, DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale), q_z)
+    q_theta = DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale)
+    return Guide(family, n_obs, q_theta, q_z, objective, local_terms)

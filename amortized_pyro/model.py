@@ -7,7 +7,9 @@
 
 Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2). The local sites live in
 ``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
-minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once.
+minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once. With
+``local_terms="all"`` (the authors' code) z_1..N sit in an unsubsampled plate ``latents``: every step
+scores all N latents, unscaled, and only the minibatch's likelihood, scaled by N/B (still unbiased).
 
 KL warm-up: with a ``kl_scale`` β (a 0-dim tensor), the latent sites θ and z sit under
 ``poutine.scale(β)`` in model and guide alike, so the objective becomes
@@ -93,6 +95,7 @@ def without_data_dim(value, event_shape):
 
 
 LIKELIHOODS = ("normal", "bernoulli")
+LOCAL_TERMS = ("minibatch", "all")
 
 
 def kl_scaled(kl_scale):
@@ -106,8 +109,9 @@ class BayesianDecoderModel(LocalModule):
     no parameters: every weight of the decoder is a latent variable."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
-                 likelihood="normal"):
+                 likelihood="normal", local_terms="minibatch"):
         super().__init__()
+        self.local_terms = local_terms
         self.n_obs = n_obs
         self.x_dim = x_dim
         self.z_dim = z_dim
@@ -138,11 +142,16 @@ class BayesianDecoderModel(LocalModule):
             theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
-    def forward(self, x, idx, kl_scale=None):
+    def forward(self, x, idx, kl_scale=None, x_all=None):
         zero = x.new_zeros(())
         with kl_scaled(kl_scale):
             theta = self.sample_decoder(zero)
+        prior_z = FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+        if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
+            with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
+                z = pyro.sample("z", prior_z).index_select(-2, idx)
         with pyro.plate("data", self.n_obs, subsample=idx):
-            with kl_scaled(kl_scale):
-                z = pyro.sample("z", FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1))
+            if self.local_terms != "all":
+                with kl_scaled(kl_scale):
+                    z = pyro.sample("z", prior_z)
             pyro.sample("x", self.observation(decode(z, theta)), obs=x)

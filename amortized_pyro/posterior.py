@@ -19,6 +19,25 @@ from .model import kl_scaled
 from .modules import LocalModule
 
 THETA_INIT_SCALE = math.exp(-2)
+OBJECTIVES = ("elbo", "reference")
+
+
+class ReferenceNormal(dist.Normal):
+    """Normal(loc, scale) for drawing, scored as both studies' code scores q (their ``log_q`` takes variances
+    and is given standard deviations):
+
+        log q(v) = log N(v | loc, variance = scale) = −½ log(2π s) − (v − m)² / 2s,
+
+    so at v = m + s ε, −log q = ½ log s + ½ s ε² + const instead of log s + ½ ε² + const. Not a density of
+    the draws: an objective scored with it is not an ELBO (``--objective reference``)."""
+
+    def log_prob(self, value):
+        return dist.Normal(self.loc, self.scale.sqrt()).log_prob(value)
+
+
+def q_normal(objective):
+    """The Normal that scores q's draws: the true one (``elbo``) or the studies' (``reference``)."""
+    return ReferenceNormal if objective == "reference" else dist.Normal
 
 
 class DecoderPosterior(LocalModule):
@@ -27,8 +46,9 @@ class DecoderPosterior(LocalModule):
     (m, s) are two flat vectors over all decoder tensors, as in the studies' code, viewed per site: one
     exponential for every s per step instead of one per tensor (the step is Python-bound at small sizes)."""
 
-    def __init__(self, shapes, init_scale=THETA_INIT_SCALE):
+    def __init__(self, shapes, init_scale=THETA_INIT_SCALE, objective="elbo"):
         super().__init__()
+        self.objective = objective
         self.shapes = dict(shapes)
         size = sum(math.prod(shape) for shape in self.shapes.values())
         self.loc = PyroParam(torch.zeros(size))
@@ -45,9 +65,11 @@ class DecoderPosterior(LocalModule):
         return {site: (locs[site], scales[site]) for site in self.shapes}
 
     def forward(self, kl_scale=None):
-        """Draw θ ~ q(θ) at the ``decoder.*`` sites (scaled by the warm-up's β where given); returns site → draw."""
+        """Draw θ ~ q(θ) at the ``decoder.*`` sites (scaled by the warm-up's β where given), scored as
+        ``objective`` says; returns site → draw."""
+        normal = q_normal(self.objective)
         with kl_scaled(kl_scale):
-            return {site: pyro.sample(site, dist.Normal(loc, scale).to_event(loc.dim()))
+            return {site: pyro.sample(site, normal(loc, scale).to_event(loc.dim()))
                     for site, (loc, scale) in self.params().items()}
 
     def mean(self):

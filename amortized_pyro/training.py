@@ -6,7 +6,11 @@ minibatches drawn on the device, reads the loss back once (the epoch's one host 
 (shapes, supports) runs once, on one ELBO evaluation before training and outside the random stream;
 the steps run unvalidated, so a loss that turns non-finite is what signals divergence. With a KL warm-up
 the loss of the first ``kl_warmup`` epochs is the warm-up objective, not the ELBO: it is recorded as
-``objective`` with its ``kl_scale``, and ``elbo`` is missing there. The loop knows nothing of files:
+``objective`` with its ``kl_scale``, and ``elbo`` is missing there. With ``objective="reference"`` (not an
+ELBO) the loss is recorded as ``objective``, and at every evaluation the true ELBO is estimated separately
+(:func:`true_elbo`) and recorded as ``elbo``; every evaluation also records q(θ)'s mean scale s̄
+(``theta_scale_mean``). ``batch_order="blocks"`` takes fixed consecutive minibatches in order (the
+authors' code) instead of a fresh random order every epoch. The loop knows nothing of files:
 after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
 SIGTERM stop it after the epoch under way (a second signal at once).
 """
@@ -41,11 +45,33 @@ def kl_schedule(schedule, epoch, device):
     return torch.tensor(min(1.0, epoch / schedule.kl_warmup), device=device)
 
 
-def check_once(elbo, args):
+def outside_the_stream(device):
+    """The global random streams forked: draws made inside leave training's stream as it was."""
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
+def check_once(elbo, args, device):
     """One ELBO evaluation under Pyro's validation, without gradients and outside the random stream."""
-    cuda = [a.device for a in args if a.device.type == "cuda"][:1]
-    with torch.random.fork_rng(devices=cuda), pyro.validation_enabled(True), torch.no_grad():
+    with outside_the_stream(device), pyro.validation_enabled(True), torch.no_grad():
         elbo(*args)
+
+
+def minibatches(schedule, n_obs, device):
+    """One epoch's minibatch indices: a fresh random order, or fixed consecutive blocks (``batch_order``)."""
+    order = torch.arange(n_obs, device=device) if schedule.batch_order == "blocks" else \
+        torch.randperm(n_obs, device=device)
+    return order.split(min(schedule.batch_size, n_obs))
+
+
+@torch.no_grad()
+def true_elbo(elbo, guide, data, schedule, x_all):
+    """An estimate of the ELBO (one draw per minibatch, the mean of the minibatch estimates, as the training
+    loss is) with q scored as the true Normal, outside the random stream: the ELBO of a run whose training
+    objective is not one."""
+    device = data.train.device
+    blocks = torch.arange(data.train.shape[0], device=device).split(min(schedule.batch_size, data.train.shape[0]))
+    with outside_the_stream(device), guide.scored_as("elbo"):
+        return -(sum(elbo(data.train[idx], idx, None, x_all) for idx in blocks) / len(blocks)).item()
 
 
 def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
@@ -55,31 +81,35 @@ def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
     after every epoch. Raises :class:`Diverged` on a non-finite loss, :class:`Interrupted` on a signal."""
     device = data.train.device
     n_obs = data.train.shape[0]
-    batch_size = min(schedule.batch_size, n_obs)
     elbo = make_elbo(schedule.particles)(model, guide)
-    first = torch.arange(batch_size, device=device)
-    warmup = kl_schedule(schedule, state.epoch + 1, device)
-    check_once(elbo, (data.train[first], first) + (() if warmup is None else (warmup,)))
+    x_all = data.train if schedule.local_terms == "all" else None
+    first = torch.arange(min(schedule.batch_size, n_obs), device=device)
+    check_once(elbo, (data.train[first], first, kl_schedule(schedule, state.epoch + 1, device), x_all), device)
     bar = tqdm(range(state.epoch + 1, schedule.epochs + 1), desc=guide.family, unit="epoch", disable=not progress,
                leave=False)
     with StopSignals() as stop, pyro.validation_enabled(False):
         for epoch in bar:
             began = time.perf_counter()
             kl_scale = kl_schedule(schedule, epoch, device)
-            extra = () if kl_scale is None else (kl_scale,)
-            order = torch.randperm(n_obs, device=device)
-            loss = sum(step(elbo, state.optimizer, data.train[idx], idx, *extra) for idx in order.split(batch_size))
-            loss = (loss / math.ceil(n_obs / batch_size)).item()  # the epoch's one host sync
+            batches = minibatches(schedule, n_obs, device)
+            loss = sum(step(elbo, state.optimizer, data.train[idx], idx, kl_scale, x_all) for idx in batches)
+            loss = (loss / len(batches)).item()  # the epoch's one host sync
             state.train_seconds += time.perf_counter() - began
             if not math.isfinite(loss):
                 raise Diverged(epoch, loss)
-            warming = kl_scale is not None and epoch < schedule.kl_warmup
-            record = {"epoch": epoch, "elbo": math.nan if warming else -loss,
-                      "elbo_per_obs": math.nan if warming else -loss / n_obs, "time": state.train_seconds}
+            is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
+            record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
+                      "elbo_per_obs": -loss / n_obs if is_elbo else math.nan, "time": state.train_seconds}
+            if not is_elbo or kl_scale is not None:
+                record["objective"] = -loss
             if kl_scale is not None:
-                record.update(objective=-loss, kl_scale=min(1.0, epoch / schedule.kl_warmup))
+                record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
             if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
+                if schedule.objective != "elbo":
+                    record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
+                    record["elbo_per_obs"] = record["elbo"] / n_obs
                 record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
+                record["theta_scale_mean"] = guide.q_theta.mean_scale().item()
                 bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_plugin_mse"])
             state.history.append(record)
             state.epoch = epoch

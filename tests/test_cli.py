@@ -36,7 +36,7 @@ def test_fit_writes_all_outputs(tmp_path, guide):
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert set(metrics[-1]) == {"epoch", "elbo", "elbo_per_obs", "time", "train_plugin_mse", "test_plugin_mse",
-                                "train_predictive_mse", "test_predictive_mse"}
+                                "train_predictive_mse", "test_predictive_mse", "theta_scale_mean"}
     assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
     state = torch.load(tmp_path / "params.pt", weights_only=False)
     assert state["format"] == 2 and "q_theta.loc_unconstrained" in state["guide"]
