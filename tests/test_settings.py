@@ -20,7 +20,8 @@ SMALL = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=4, batch_
                   width=8, device="cpu", seed=0, predictive_draws=4)
 
 
-@pytest.mark.parametrize("preset", ["seed-study", "original-study", "informative"])
+@pytest.mark.parametrize("preset", ["seed-study", "seed-study-elbo", "original-study", "original-study-elbo",
+                                    "informative"])
 def test_every_shipped_preset_loads_and_checks(preset):
     """Each preset's settings reach the FitConfig (not the defaults), and the result passes the checks."""
     path = EXPERIMENTS / ("%s.toml" % preset)
@@ -40,7 +41,12 @@ def test_preset_with_command_line_overrides_is_recorded(tmp_path):
     assert (recorded["n_obs"], recorded["epochs"], recorded["dataset"]) == (1000, 2, "mnist-sample")  # overrides
     assert recorded["prior_scale"] == recorded["obs_scale"] == pytest.approx(2 ** -0.5)  # the preset's
     assert (recorded["qz_init"], recorded["batch_size"], recorded["encoder_layers"]) == ("random", 1000, 2)
-    assert FitConfig().prior_scale == 1.0  # ... which differ from the defaults
+    assert (recorded["objective"], recorded["local_terms"], recorded["batch_order"]) == ("reference", "all", "blocks")
+    assert FitConfig().prior_scale == 1.0 and FitConfig().objective == "elbo"  # ... which differ from the defaults
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["elbo"] is None and metrics[0]["objective"] is not None  # not an ELBO: recorded apart
+    final = metrics[-1]  # at the evaluation: the true ELBO, estimated separately, and q(θ)'s mean scale
+    assert final["elbo"] is not None and final["elbo"] != final["objective"] and 0 < final["theta_scale_mean"] < 1
 
 
 @pytest.mark.parametrize("text, expected", [("epochs = 'ten'", "Invalid value for '--epochs'"),
