@@ -21,6 +21,7 @@ from .guides import GUIDES, QZ_INITS
 from .model import LIKELIHOODS, LOCAL_TERMS
 from .posterior import OBJECTIVES, THETA_INIT_SCALE
 from .settings import Checked, field_error, option
+from .svi import ESTIMATORS
 
 try:
     import tomllib
@@ -107,6 +108,9 @@ class FitConfig(Checked):
     batch_order: str = option("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
                               "fixed consecutive blocks of the data, in order, every epoch (the authors' code).",
                               choices=BATCH_ORDERS)
+    elbo: str = option("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
+                       "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every Normal "
+                       "site; the same expectation, less variance; only with --objective elbo).", choices=ESTIMATORS)
     particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
     kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
@@ -118,6 +122,14 @@ class FitConfig(Checked):
     checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
                                    "much training time (30s, 5m, 1h) or every this many epochs (10); also at the "
                                    "start, at the end and on SIGINT/SIGTERM.", parse=parse_every, result=False)
+
+    def check(self):
+        """Every field within its rules (:meth:`Checked.check`), and the fields that must agree do."""
+        super().check()
+        if self.elbo == "meanfield" and self.objective != "elbo":
+            raise AmortizedPyroError("the meanfield estimator's analytic KL is the true one: it cannot score q as "
+                                     "the reference objective does (use elbo = trace with objective = reference)")
+        return self
 
     @classmethod
     def from_toml(cls, path, **overrides):

@@ -81,7 +81,7 @@ def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
     after every epoch. Raises :class:`Diverged` on a non-finite loss, :class:`Interrupted` on a signal."""
     device = data.train.device
     n_obs = data.train.shape[0]
-    elbo = make_elbo(schedule.particles)(model, guide)
+    elbo = make_elbo(schedule.particles, schedule.elbo)(model, guide)
     x_all = data.train if schedule.local_terms == "all" else None
     first = torch.arange(min(schedule.batch_size, n_obs), device=device)
     check_once(elbo, (data.train[first], first, kl_schedule(schedule, state.epoch + 1, device), x_all), device)

@@ -62,3 +62,19 @@ def draw(q_theta, q_z):
     """A reparameterized draw θ = m + s ε, z = μ + σ ε."""
     theta = {l: m + s * torch.randn_like(m) for l, (m, s) in q_theta.items()}
     return theta, q_z[0] + q_z[1] * torch.randn_like(q_z[0])
+
+
+def kl_normal(m, s, prior_scale):
+    """KL(N(m, s²) ‖ N(0, prior_scale²)) elementwise, in closed form."""
+    return torch.log(prior_scale / s) + (s ** 2 + m ** 2) / (2 * prior_scale ** 2) - 0.5
+
+
+def meanfield_elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0, likelihood="normal",
+                   kl_scale=1.0):
+    """The ELBO with analytic KL terms at one draw (θ, z) for the likelihood:
+    (N/B) Σ log p(x | z, θ) − β [KL(q(θ) ‖ p(θ)) + (N/B) Σ_batch KL(q(z_n) ‖ p(z))]."""
+    out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    log_lik = log_bernoulli(x, out) if likelihood == "bernoulli" else log_normal(x, out, obs_scale)
+    kl_theta = sum(kl_normal(*q_theta[l], prior_scale).sum() for l in LAYERS)
+    kl_z = kl_normal(q_z[0], q_z[1], 1.0).sum()
+    return scale * log_lik.sum() - kl_scale * (kl_theta + scale * kl_z)

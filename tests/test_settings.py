@@ -115,3 +115,12 @@ def test_mean_image_baseline_is_recorded(tiny_data, tmp_path):
     assert recorded == pytest.approx(mean_image_mse(tiny_data))
     mean = tiny_data.train.mean(0)
     assert recorded["train_mse"] == pytest.approx((tiny_data.train - mean).pow(2).mean().item())
+
+
+def test_meanfield_estimator_trains_and_refuses_the_reference_objective(tiny_data):
+    result = fit(SMALL, data=tiny_data, elbo="meanfield", progress=False)
+    sampled = fit(SMALL, data=tiny_data, progress=False)
+    assert all(math.isfinite(r["elbo"]) for r in result.history)
+    assert [r["elbo"] for r in result.history] != [r["elbo"] for r in sampled.history]
+    with pytest.raises(AmortizedPyroError, match="meanfield"):
+        FitConfig(elbo="meanfield", objective="reference").check()
