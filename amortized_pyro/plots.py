@@ -249,3 +249,28 @@ def gap_figure(reports, path):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def plateau_figure(results, path, fraction=0.9):
+    """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
+    (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    studies = sorted({r["study"] for r in results.rows})
+    colors = dict(zip(studies, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
+    for (dataset, name, seed), rows in sorted(results.runs().items()):
+        study = rows[0]["study"] if len({r["study"] for r in rows}) == 1 else None
+        baseline = results.baseline(dataset)["train_mse"]
+        steps = [r["iteration"] for r in rows]
+        style = "-" if name.startswith("A-VI") else "--"
+        tag = "%s, %s" % (study, name) if seed == min(s for (d, n, s) in results.runs() if (d, n) == (dataset, name)) \
+            else None
+        left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)
+        right.plot(steps, [r["theta_scale_mean"] for r in rows], style, color=colors[study], lw=1, label=tag)
+    left.axhline(fraction, color="black", ls=":", lw=1, label="%g × mean image" % fraction)
+    left.set(xlabel="steps", ylabel="train plug-in MSE ÷ mean image's", title="Leaving the mean-image plateau")
+    right.set(xlabel="steps", ylabel="mean scale s̄ of q(θ)", yscale="log", title="q(θ)'s scale")
+    for ax in (left, right):
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -74,6 +74,7 @@ class Results:
                 self.rows.append(dict(common, kind="metrics", epoch=record["epoch"],
                                       iteration=record["epoch"] * steps_per_epoch, elbo=record["elbo"],
                                       elbo_per_obs=record["elbo_per_obs"], time=record["time"],
+                                      theta_scale_mean=record.get("theta_scale_mean", math.nan),
                                       **{k: record.get(k, math.nan) for k in MSE_KEYS}))
 
     def add_images(self, dataset, images):
@@ -103,7 +104,7 @@ class Results:
             raise AmortizedPyroError("no results file at %s" % path) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise AmortizedPyroError("%s is not a results file (JSON lines): %s" % (path, e)) from None
-        numeric = MSE_KEYS + ("elbo", "elbo_per_obs")
+        numeric = MSE_KEYS + ("elbo", "elbo_per_obs", "theta_scale_mean")
         rows = [{k: (_nan(v) if k in numeric else v) for k, v in r.items()}
                 for r in lines if r.get("kind") == "metrics"]
         if not rows:
@@ -173,3 +174,9 @@ def ms_per_epoch(rows):
 def iterations_to(rows, threshold):
     """The first evaluated iteration at which the train plug-in MSE is below ``threshold`` (None if never)."""
     return next((r["iteration"] for r in rows if r["train_plugin_mse"] < threshold), None)
+
+
+def leaves_plateau(rows, mean_image_mse, fraction=0.9):
+    """The first evaluated row whose train plug-in MSE is below ``fraction`` × the mean image's (the run
+    has left the mean-image plateau there), or None."""
+    return next((r for r in rows if r["train_plugin_mse"] < fraction * mean_image_mse), None)

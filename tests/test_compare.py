@@ -15,7 +15,7 @@ from amortized_pyro.comparison import compare, configurations
 from amortized_pyro.gap import GapSettings
 from amortized_pyro import plots
 from amortized_pyro.reports import format_summary
-from amortized_pyro.results import Results
+from amortized_pyro.results import Results, leaves_plateau
 from amortized_pyro.plots import plot_all
 
 from conftest import same_records
@@ -23,7 +23,8 @@ from conftest import same_records
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
 COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
-           "elbo_per_obs", "train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse", "time"}
+           "elbo_per_obs", "train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse", "time",
+           "theta_scale_mean"}
 
 
 def tiny_compare(out):
@@ -193,3 +194,13 @@ def test_committed_results_stay_readable(study, tmp_path):
     results = Results.load(path)
     assert results.rows and format_summary(results.summary())
     assert len(plot_all(results, tmp_path)) >= 6
+
+
+def test_plateau_figure_and_the_step_that_leaves_the_mean_image(tiny, tmp_path):
+    _, results = tiny
+    left, right = plots.plateau_figure(results, tmp_path / "plateau.png").axes
+    assert len(left.get_lines()) == len(results.runs()) + 1 and len(right.get_lines()) == len(results.runs())
+    assert all(np.isfinite(line.get_ydata()).all() for line in right.get_lines())  # s̄ recorded at every evaluation
+    rows = [{"iteration": i, "train_plugin_mse": mse} for i, mse in ((100, 0.07), (200, 0.06), (300, 0.05))]
+    assert leaves_plateau(rows, 0.063)["iteration"] == 300  # 0.9 × 0.063 = 0.0567
+    assert leaves_plateau(rows, 0.05) is None
