@@ -23,7 +23,7 @@ from .gap import GapSettings
 from .guides import ENCODER_GUIDES, GUIDES, label
 from .reports import REFINE_COLUMNS
 from .results import Results, slug
-from .runs import RunWriter, read_info, run_status
+from .runs import RunWriter, load_history, read_info, run_status
 
 EXECUTORS = ("local", "ray")
 
@@ -65,18 +65,23 @@ N_IMAGES = 5  # reconstructions shown per configuration
 
 def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
     """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
-    with these settings, else measured now (:func:`amortized_pyro.gap.measure_run`) and saved there."""
+    with these settings from this very run (its ``run_id`` and epochs), else measured now
+    (:func:`amortized_pyro.fitting.measure_run`) and saved there. A report of another run (retrained,
+    extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``."""
     reports = []
+    run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
     for split in ("train", "test"):
         path = Path(job.run_dir) / ("gap-%s.json" % split)
         images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
         if path.exists():
             report = json.loads(path.read_text())
-            if (report["settings"], report["n_images"], report.get("refine_steps")) == \
+            if (report.get("run_id"), report.get("trained_epochs")) != run:
+                log("%s was measured on another state of the run: measuring again" % path)
+            elif (report["settings"], report["n_images"], report.get("refine_steps")) == \
                     (asdict(settings), images, list(COMPARE_REFINE)):
                 reports.append(report)
                 continue
-            if not overwrite:
+            elif not overwrite:
                 raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
         log("measuring the gaps of %s on %s images" % (job.name(), split))
         report = measure_run(job.run_dir, split, n_images, settings, COMPARE_REFINE, job.config.device, log)

@@ -204,5 +204,6 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
     report = measure(result.model, result.guide, x, idx, settings, refine_steps)
     c = result.config
-    return dict(run=str(run_dir), guide=c.guide, width=c.width, seed=c.seed, label=label(c.guide, c.width),
-                split=split, n_images=x.shape[0], **report)
+    return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
+                guide=c.guide, width=c.width, seed=c.seed, label=label(c.guide, c.width), split=split,
+                n_images=x.shape[0], **report)

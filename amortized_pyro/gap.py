@@ -109,13 +109,17 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
                  "approximation_gap": log_px - elbo_optimized}
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
-        k_loc, k_scale, _ = run(k) if k else (start[0], start[1], 0)
-        left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_scale, thetas, settings.samples, generator)
+        if k:
+            k_loc, k_scale, _ = run(k)
+            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_scale, thetas, settings.samples, generator)
+        else:  # the guide's own factor: its gap is the amortization gap, the same estimate
+            left = per_image["amortization_gap"]
         refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     with torch.no_grad():
         plugin = model.observation_mean(decode(loc, thetas[0] if settings.theta == "mean" else q_theta.mean()))
     result = {name: summarize(values) for name, values in per_image.items()}
-    result.update(settings=asdict(settings), optimizer_steps=steps, refine_steps=list(refine_steps), refinement=refined,
+    result.update(settings=asdict(settings), optimizer_steps=steps, hit_cap=steps >= settings.max_steps,
+                  refine_steps=list(refine_steps), refinement=refined,
                   optimized_plugin_mse=(x - plugin).pow(2).mean().item(),
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})
     return result

@@ -2,7 +2,8 @@
 the on-disk format).
 
     config.json     the FitConfig, the data actually used (name, source, n_obs, n_test, x_dim, binarized, a
-                    fingerprint of the images, the mean image's MSE), device, library versions, and every
+                    fingerprint of the images, the mean image's MSE), device, a random ``run_id`` (what is
+                    derived from the run names it, with the epochs trained), library versions, and every
                     resume with the options it changed
     metrics.jsonl   one JSON object per finished epoch (missing values are null)
     checkpoint.pt   the last checkpoint: format, epoch, the guide's ``state_dict``, the optimizer's, every
@@ -22,6 +23,7 @@ import os
 import platform
 import random
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -123,16 +125,20 @@ class RunWriter:
         if mode == "overwrite":
             self.clear(self.out)
         if mode != "resume":
-            info = dict(info, versions={"python": platform.python_version(), "torch": torch.__version__,
-                                        "pyro": pyro.__version__}, resumes=[])
+            info = dict(info, run_id=uuid.uuid4().hex, versions={"python": platform.python_version(),
+                                                                   "torch": torch.__version__, "pyro": pyro.__version__},
+                        resumes=[])
             self._claim(info)
         self.info = info
 
     @staticmethod
     def clear(out):
-        """Remove a run's files from ``out`` (nothing else there)."""
+        """Remove a run's files from ``out``, and what was derived from it there (gap reports, ``gap*.json``);
+        nothing else."""
         for name in RUN_FILES:
             (Path(out) / name).unlink(missing_ok=True)
+        for derived in Path(out).glob("gap*.json"):
+            derived.unlink()
 
     def _claim(self, info):
         """Create config.json exclusively: of two runs started into one directory, one is refused."""
@@ -202,13 +208,18 @@ def read_info(path):
     return _load(Path(path), "config.json")
 
 
+def load_history(path):
+    """The metrics of the epochs a run has written (metrics.jsonl)."""
+    return _load(Path(path), "metrics.jsonl")
+
+
 def read_run(path):
     """(config.json contents, history, the guide's state_dict) of a finished run, or of an interrupted one
     as of its last checkpoint; tensors on the CPU."""
     path = Path(path)
     status = run_status(path)
     if status == "finished":
-        return read_info(path), _load(path, "metrics.jsonl"), _load(path, "params.pt")["guide"]
+        return read_info(path), load_history(path), _load(path, "params.pt")["guide"]
     if status == "partial":
         checkpoint = read_checkpoint(path)
         return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["guide"]

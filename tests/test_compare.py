@@ -22,6 +22,8 @@ from conftest import same_records
 
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
+# the command's gap settings with a small Monte Carlo budget, so that gap tests take seconds on any machine
+SMALL_GAP = GapSettings(theta_draws=2, importance_samples=100, samples=20, max_steps=300, window=50, patience=2)
 COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
            "elbo_per_obs", "train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse", "time",
            "theta_scale_mean"}
@@ -167,9 +169,7 @@ def test_compare_and_plot_commands(tmp_path):
 
 
 def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch):
-    # the command's settings with a small Monte Carlo budget, so that the test takes seconds on any machine
-    small = GapSettings(theta_draws=2, importance_samples=100, samples=20, max_steps=300, window=50, patience=2)
-    monkeypatch.setattr(comparison, "COMPARE_GAP", small)
+    monkeypatch.setattr(comparison, "COMPARE_GAP", SMALL_GAP)
     args = ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0,1", "--dataset",
             "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8",
             "--z-dim", "3", "--predictive-draws", "0", "--gap-images", "5", "--no-progress", "--device", "cpu",
@@ -204,3 +204,25 @@ def test_plateau_figure_and_the_step_that_leaves_the_mean_image(tiny, tmp_path):
     rows = [{"iteration": i, "train_plugin_mse": mse} for i, mse in ((100, 0.07), (200, 0.06), (300, 0.05))]
     assert leaves_plateau(rows, 0.063)["iteration"] == 300  # 0.9 × 0.063 = 0.0567
     assert leaves_plateau(rows, 0.05) is None
+
+
+def test_overwriting_a_run_redoes_its_gap_reports(tmp_path, monkeypatch):
+    """compare --overwrite retrains a run: its gap reports (derived files) are measured again, not reused,
+    and the summary shows the new numbers (end to end through the command line)."""
+    args = ["compare", "--dataset", "mnist-sample", "--guides", "amortized", "--widths", "4", "--seeds", "0",
+            "--n-obs", "50", "--n-test", "10", "--hidden", "16", "--z-dim", "2", "--gap-images", "3",
+            "--predictive-draws", "0", "--no-progress", "--out", str(tmp_path)]
+    monkeypatch.setattr(comparison, "COMPARE_GAP", SMALL_GAP)
+    gap_file = tmp_path / "runs" / "mnist-sample" / "A-VI_k_4-seed0" / "gap-test.json"
+    assert run_cli(args + ["--epochs", "2"]).exit_code == 0
+    before = json.loads(gap_file.read_text())
+    result = run_cli(args + ["--epochs", "6", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    after = json.loads(gap_file.read_text())
+    assert after["trained_epochs"] == 6 and before["trained_epochs"] == 2 and after["run_id"] != before["run_id"]
+    assert after["elbo_guide"] != before["elbo_guide"]
+    assert "%.1f ± " % after["elbo_guide"]["mean"] in (tmp_path / "summary.md").read_text()
+
+
+def run_cli(args):
+    return CliRunner().invoke(cli, args)

@@ -185,6 +185,8 @@ def test_gap_command_writes_gap_json(finished_run):
     for name in ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap"):
         assert set(report[name]) == {"mean", "stderr"} and len(report["per_image"][name]) == 10
     assert [r["steps"] for r in report["refinement"]] == [0, 5]
+    assert report["refinement"][0]["gap_left"] == report["amortization_gap"]  # 0 steps: the same estimate
+    assert report["hit_cap"] == (report["optimizer_steps"] >= 200)
     again = CliRunner().invoke(cli, args)  # never overwritten silently
     assert again.exit_code == 1 and "--overwrite" in again.output
 
@@ -209,6 +211,8 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert result.exit_code == 0, result.output
     table = (folder / "gap_summary.md").read_text()
     assert "| A-VI k=4 | train | 5 |" in table and "| A-VI k=4 | test | 5 |" in table
+    # q* capped at 100 steps, below the stopping rule's first possible stop (10 windows of 100): flagged
+    assert table.count(" † |") == 2 and "2 of 2 q* optimizations stopped at their step cap" in table
     reports = [json.loads((folder / ("%s.json" % split)).read_text()) for split in ("train", "test")]
     left, right = gap_figure(reports, tmp_path / "again.png").axes
     assert (left.get_xlabel(), left.get_xscale()) == ("encoder width k", "log")
