@@ -51,7 +51,9 @@ def plan(job, overwrite):
     info = read_info(job.run_dir)
     difference = first_difference(info["config"], asdict(job.config))
     if difference is None and info["data"].get("fingerprint") != job.data.fingerprint():
-        difference = "other images (%s)" % info["data"].get("source")
+        difference = "other images (%s, fingerprint %s; these: %s, %s)" % (
+            info["data"].get("source"), info["data"].get("fingerprint", "")[:12], job.data.source,
+            job.data.fingerprint()[:12])
     if difference:
         raise AmortizedPyroError("%s holds a run with %s: use --overwrite to retrain it, or another --out"
                                  % (job.run_dir, difference))

@@ -30,9 +30,10 @@ class Data:
     source: str
     binarized: bool = False
     name: str = "data"
+    origin: dict = None  # where to load the same images again: {"dataset", "data_dir"}, paths absolute
 
     def to(self, device):
-        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name)
+        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name, self.origin)
 
     def fingerprint(self):
         """SHA-256 of the training and test images (float32), to tell whether a run saw these images;
@@ -49,7 +50,7 @@ class Data:
         """Each pixel drawn once as Bernoulli(intensity), reproducibly from ``seed``."""
         generator = torch.Generator().manual_seed(seed)
         train, test = ((torch.rand(x.shape, generator=generator) < x.cpu()).to(x) for x in (self.train, self.test))
-        return Data(train, test, self.source + ", binarized", True, self.name)
+        return Data(train, test, self.source + ", binarized", True, self.name, self.origin)
 
     def is_binary(self):
         return all(((x == 0) | (x == 1)).all().item() for x in (self.train, self.test))
@@ -209,5 +210,7 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
                                      "a folder of IDX files or a .npy/.npz file" % dataset)
         source = str(path)
     train, test = pick_subsets(pool, test_pool, n_obs, n_test, seed, log)
-    data = Data(train, test, source, name=dataset)
+    resolved = dataset if dataset in NAMED or dataset == "mnist-sample" else str(Path(dataset).resolve())
+    data = Data(train, test, source, name=dataset,
+                origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve())})
     return data.binarize(seed) if binarize else data

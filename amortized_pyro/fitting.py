@@ -88,9 +88,26 @@ def prepare_data(config, data=None, log=print):
 
 
 def data_info(data):
-    return {"name": data.name, "source": data.source, "n_obs": data.train.shape[0], "n_test": data.test.shape[0],
-            "x_dim": data.train.shape[1], "binarized": data.binarized, "fingerprint": data.fingerprint(),
-            "mean_image_mse": mean_image_mse(data)}
+    return {"name": data.name, "source": data.source, "origin": data.origin, "n_obs": data.train.shape[0],
+            "n_test": data.test.shape[0], "x_dim": data.train.shape[1], "binarized": data.binarized,
+            "fingerprint": data.fingerprint(), "mean_image_mse": mean_image_mse(data)}
+
+
+def run_data(path, info, config, data=None, log=print):
+    """The images the run in ``path`` was trained on: ``data`` where given, else loaded again from where the
+    run recorded them (``origin``: the source actually used, so a run of ``mnist`` that fell back to the
+    shipped sample reloads the sample, and a relative path is the absolute one it was), whatever the
+    current directory. Refused in one line, naming both fingerprints, where they are other images."""
+    if data is None:
+        origin = info["data"].get("origin") or {"dataset": info["data"]["name"], "data_dir": config.data_dir}
+        data = prepare_data(replace(config, dataset=origin["dataset"], data_dir=origin["data_dir"]), None, log)
+    else:
+        data = prepare_data(config, data, log)
+    recorded = info["data"]["fingerprint"]
+    if data.fingerprint() != recorded:
+        raise AmortizedPyroError("%s was trained on other images: these (%s) have fingerprint %s, the run's (%s) %s"
+                                 % (path, data.source, data.fingerprint()[:12], info["data"]["source"], recorded[:12]))
+    return data
 
 
 def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=False, **overrides):
@@ -131,9 +148,7 @@ def resume(path, data=None, progress=True, log=print, **changes):
         raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))
     config = replace(FitConfig(**info["config"]), **changes).check()
     device = resolve_device(config.device)
-    data = prepare_data(config, data, log)
-    if data.fingerprint() != info["data"]["fingerprint"]:
-        raise AmortizedPyroError("the data for %s are not the images it was trained on (%s)" % (path, data.source))
+    data = run_data(path, info, config, data, log)
     checkpoint = read_checkpoint(path)
     writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
     writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
@@ -176,12 +191,15 @@ def run(config, data, device, writer, checkpoint, progress, log):
     return result
 
 
-def load_run(path, device="cpu"):
+def load_run(path, device="cpu", data=None):
     """Rebuild a run (model, guide with its parameters, history) from its directory, to evaluate it: a
-    finished run as it ended, an interrupted one as of its last checkpoint."""
+    finished run as it ended, an interrupted one as of its last checkpoint. ``data``, where given, must be
+    the images it was trained on (checked by their fingerprint)."""
     device = resolve_device(device)
     info, history, guide_state = read_run(path)
     config = FitConfig(**info["config"])
+    if data is not None:
+        run_data(path, info, config, data)
     with torch.random.fork_rng(devices=[]):  # the encoder's initialisation, overwritten at once, draws nothing
         model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device)
     guide.load_state_dict(guide_state)
@@ -196,7 +214,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     if run_status(run_dir) != "finished":
         raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
     result = load_run(run_dir, device)
-    data = prepare_data(result.config, None, log).to(result.device)
+    data = run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
     images = data.train if split == "train" else data.test
     if images.shape[0] == 0:
         raise AmortizedPyroError("the run has no %s images" % split)

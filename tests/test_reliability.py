@@ -260,3 +260,29 @@ def test_a_checkpoint_from_an_earlier_version_says_it_cannot_be_resumed(tmp_path
     assert "earlier version of amortized_pyro" in line and "cannot be loaded or resumed" in line
     with pytest.raises(AmortizedPyroError, match="earlier version"):
         load_run(out)
+
+
+def test_a_runs_images_are_reloaded_from_where_they_were_and_checked(tmp_path, monkeypatch):
+    """A relative .npy path is recorded absolute (gap works from another directory); images changed after
+    training are refused in one line naming both fingerprints, by gap and by --resume (end to end)."""
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    images = np.random.default_rng(0).random((60, 16)).astype(np.float32)
+    np.save(work / "x.npy", images)
+    monkeypatch.chdir(work)
+    args = ["fit", "--dataset", "x.npy", "--n-obs", "40", "--n-test", "10", "--batch-size", "20", "--hidden", "8",
+            "--z-dim", "2", "--width", "4", "--epochs", "2", "--no-progress", "--out", str(tmp_path / "run")]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    monkeypatch.chdir(elsewhere)
+    gap = ["gap", str(tmp_path / "run"), "--n-images", "3", "--importance-samples", "10", "--theta-draws", "1",
+           "--samples", "5", "--max-steps", "20", "--out", str(tmp_path / "g.json")]
+    measured = CliRunner().invoke(cli, gap)
+    assert measured.exit_code == 0, measured.output
+    np.save(work / "x.npy", images[::-1].copy())  # other images at the same path
+    (tmp_path / "g.json").unlink()
+    refused = CliRunner().invoke(cli, gap)
+    (line,) = [line for line in refused.output.splitlines() if line.strip()]
+    assert refused.exit_code == 1 and "trained on other images" in line and "fingerprint" in line
+    (tmp_path / "run" / "summary.json").unlink()  # as if interrupted: --resume checks the same way
+    resumed = CliRunner().invoke(cli, ["fit", "--resume", str(tmp_path / "run")])
+    assert resumed.exit_code == 1 and "trained on other images" in resumed.output
