@@ -32,8 +32,18 @@ BATCH_ORDERS = ("shuffled", "blocks")
 COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
 
 
+def parse_device(text):
+    """auto, cpu, cuda or cuda:N"""
+    kind, _, index = str(text).partition(":")
+    if text in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit()):
+        return text
+    raise ValueError(text)
+
+
 def parse_every(text):
-    """"60s", "5m", "2h": ("seconds", 60.0), ...; "10": ("epochs", 10)."""
+    """a training time (30s, 5m, 2h) or a number of epochs (10)
+
+    Returns ("seconds", 60.0) for "60s", ("epochs", 10) for "10"."""
     text = str(text).strip().lower()
     units = {"s": 1, "m": 60, "h": 3600}
     if text and text[-1] in units:
@@ -62,7 +72,8 @@ class FitConfig(Checked):
     refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
                                "minibatch (0: A-VI exactly).", low=0)
     refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
-    seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", grid=True)
+    seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
+                       grid=True)
     dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
                           "files, or a .npy/.npz file of images.", grid=True)
     data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.", result=False)
@@ -115,7 +126,7 @@ class FitConfig(Checked):
     kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)
-    device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.")
+    device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
     eval_every: int = option(1, "Evaluate the reconstruction MSEs every this many epochs (and at the end).", low=1)
     predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
                                    "plug-in MSE only.", low=0)
@@ -170,10 +181,17 @@ def read_preset(path):
         raise AmortizedPyroError("no config file at %s" % path) from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise AmortizedPyroError("cannot read config file %s: %s" % (path, e)) from None
-    compare = {k.replace("-", "_"): v for k, v in raw.pop("compare", {}).items()}
+    table = raw.pop("compare", {})
+    if not isinstance(table, dict):
+        raise AmortizedPyroError("%s: compare must be a table ([compare]), got %r" % (path, table))
+    compare = {k.replace("-", "_"): v for k, v in table.items()}
     settings = {k.replace("-", "_"): v for k, v in raw.items()}
     known = set(defaults())
     unknown = [k for k in settings if k not in known] + [k for k in compare if k not in COMPARE_KEYS]
     if unknown:
         raise AmortizedPyroError("%s: unknown setting(s) %s" % (path, ", ".join(sorted(unknown))))
+    for name, value in settings.items():  # the same rules as in Python: no 1.7 epochs, no "0.5" strings
+        error = field_error(FitConfig.__dataclass_fields__[name], value)
+        if error:
+            raise AmortizedPyroError("%s: %s" % (path, error))
     return settings, compare

@@ -21,6 +21,20 @@ class FiniteFloat(click.FloatRange):
         return value
 
 
+class Parsed(click.ParamType):
+    """A text option read by a field's ``parse`` function: text it cannot read is a usage error (exit 2)."""
+
+    def __init__(self, parse):
+        self.parse, self.name = parse, parse.__doc__.strip().splitlines()[0]
+
+    def convert(self, value, param, ctx):
+        try:
+            self.parse(value)
+        except ValueError:
+            self.fail("cannot read %r (%s)" % (value, self.name), param, ctx)
+        return value
+
+
 def option_name(name):
     return "--" + name.replace("_", "-")
 
@@ -34,6 +48,8 @@ def field_option(f):
                             help=m["help"])
     if m["choices"]:
         kind = click.Choice(m["choices"])
+    elif m["parse"]:
+        kind = Parsed(m["parse"])
     elif f.type is int:
         kind = click.IntRange(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
     elif f.type is float:

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1; seeds=($2)
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+mkdir -p runs
 jobs=()
 for seed in "${seeds[@]}"; do jobs+=("reference amortized $seed 2500" "elbo amortized $seed 2500"); done
 jobs+=("reference per-datapoint ${seeds[0]} 1250" "elbo per-datapoint ${seeds[0]} 1250")

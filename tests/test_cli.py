@@ -111,3 +111,27 @@ def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 1 and lines == ['Error: the Ray executor needs Ray: pip install -e ".[ray]" '
                                                '(or pip install "ray>=2.9")']
+
+
+@pytest.mark.parametrize("args, option", [
+    (["fit", "--checkpoint-every", "abc"], "--checkpoint-every"), (["fit", "--device", "foo"], "--device"),
+    (["fit", "--seed", "-1"], "--seed"), (["gap", ".", "--refine-steps", "abc"], "--refine-steps"),
+    (["gap", ".", "--refine-steps", "0,-5"], "--refine-steps")])
+def test_usage_errors_exit_2_before_anything_is_written(tmp_path, args, option):
+    result = run(*args, "--out", str(tmp_path / "run"))
+    assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, expected", [("epochs = 1.7", "epochs expects a int"), ("n_obs = true", "n_obs expects"),
+                                            ("lr = \"0.5\"", "lr expects a float"), ("compare = 5", "must be a table")])
+def test_preset_values_follow_the_fields_rules_in_the_cli_and_the_api(tmp_path, text, expected):
+    from amortized_pyro import AmortizedPyroError, FitConfig
+
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    for command in ("fit", "compare"):
+        result = run(command, "--config", str(path))
+        assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output
+    with pytest.raises(AmortizedPyroError, match=expected):
+        FitConfig.from_toml(path)
