@@ -9,6 +9,7 @@ their own.
 """
 import math
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -135,15 +136,20 @@ RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive
 def resume(path, data=None, progress=True, log=print, **changes):
     """Continue the run in ``path`` from its last checkpoint, with its own config; ``changes`` to its
     schedule (:data:`RESUMABLE_CHANGES`: a lower ``lr``, more ``epochs``, ...) are applied and recorded.
-    A finished run is loaded and returned as it is."""
+    A finished run given more ``epochs`` is extended from its final checkpoint; otherwise it is loaded and
+    returned as it is."""
     status = run_status(path)
     info = read_info(path) if status != "empty" else {"config": {}}
     fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
     if fixed:
         raise FixedSettings(fixed, RESUMABLE_CHANGES)
     if status == "finished":
-        log("%s is a finished run: nothing to resume" % path)
-        return load_run(path)
+        if changes.get("epochs", 0) <= info["config"]["epochs"]:
+            log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
+            return load_run(path)
+        log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], changes["epochs"]))
+        (Path(path) / "summary.json").unlink()  # a run being extended is not finished; its checkpoint goes on
+        status = run_status(path)
     if status != "partial":
         raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))
     config = replace(FitConfig(**info["config"]), **changes).check()

@@ -286,3 +286,15 @@ def test_a_runs_images_are_reloaded_from_where_they_were_and_checked(tmp_path, m
     (tmp_path / "run" / "summary.json").unlink()  # as if interrupted: --resume checks the same way
     resumed = CliRunner().invoke(cli, ["fit", "--resume", str(tmp_path / "run")])
     assert resumed.exit_code == 1 and "trained on other images" in resumed.output
+
+
+def test_a_finished_run_is_extended_by_more_epochs_exactly_as_a_longer_run(tmp_path):
+    """fit --resume FINISHED --epochs E continues from the final checkpoint: the extended run's metrics are
+    those of a run trained for E epochs at once (the evaluation cadence ends on the same epochs)."""
+    short, whole = tmp_path / "short", tmp_path / "whole"
+    assert CliRunner().invoke(cli, ["fit", *RUN, "--eval-every", "2", "--epochs", "4", "--out", str(short)]).exit_code == 0
+    assert CliRunner().invoke(cli, ["fit", *RUN, "--eval-every", "2", "--epochs", "6", "--out", str(whole)]).exit_code == 0
+    extended = CliRunner().invoke(cli, ["fit", "--resume", str(short), "--epochs", "6", "--no-progress"])
+    assert extended.exit_code == 0, extended.output
+    assert "extending the finished run" in extended.output and (short / "summary.json").exists()
+    assert metrics(short) == metrics(whole)
