@@ -25,7 +25,7 @@ from .gap import GapSettings
 from .guides import ENCODER_GUIDES, GUIDES
 from .options import FiniteFloat, config_file_option, option_name, settings_options
 from .reports import format_gap, format_reports, summary_text
-from .results import MSE_THRESHOLD, Results, slug
+from .results import MSE_THRESHOLD, Results, load_gap_reports, slug
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -289,16 +289,11 @@ def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwr
 @click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
 @friendly_errors
 def gap_report_command(folder):
-    """Gather the gap reports (*.json written by `gap`) in FOLDER into gap_summary.md and gap_figure.png."""
+    """Gather the gap reports in FOLDER (the .json files `gap` writes, e.g. a run directory's gap.json, or a
+    folder of them; other .json files there are passed over) into gap_summary.md and gap_figure.png."""
     from .plots import gap_figure
 
-    paths = sorted(Path(folder).glob("*.json"))
-    try:
-        reports = [json.loads(p.read_text()) for p in paths]
-    except (ValueError, OSError) as e:
-        raise AmortizedPyroError("cannot read the gap reports in %s: %s" % (folder, e)) from None
-    if not reports or any("amortization_gap" not in r for r in reports):
-        raise AmortizedPyroError("%s holds no gap reports (the .json files `gap` writes)" % folder)
+    reports = load_gap_reports(folder)
     table = format_reports(reports)
     (Path(folder) / "gap_summary.md").write_text(table + "\n")
     gap_figure(reports, Path(folder) / "gap_figure.png")

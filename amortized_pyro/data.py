@@ -121,16 +121,21 @@ def read_array_file(path):
     """(train, test or None) from .npy (one split) or .npz (``train``/``test`` keys, or ``images``)."""
     try:
         arrays = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise AmortizedPyroError("cannot read %s as a .npy/.npz array file (%s)"
-                                 % (path, str(e).splitlines()[0][:120])) from None
+    except (OSError, ValueError, EOFError):
+        # numpy says "pickled (object) data" of any bytes without the .npy/.npz header: say what it is
+        raise AmortizedPyroError("%s is not a readable .npy/.npz array file (corrupt, truncated, or an array of "
+                                 "Python objects)" % path) from None
     if isinstance(arrays, np.ndarray):
         return to_unit_floats(arrays, str(path)), None
     with arrays:
         keys = set(arrays.files)
         if "train" in keys:
+            train = to_unit_floats(arrays["train"], "%s[train]" % path)
             test = to_unit_floats(arrays["test"], "%s[test]" % path) if "test" in keys else None
-            return to_unit_floats(arrays["train"], "%s[train]" % path), test
+            if test is not None and test.shape[1] != train.shape[1]:
+                raise AmortizedPyroError("%s: train and test images differ in size (%d and %d pixels)"
+                                         % (path, train.shape[1], test.shape[1]))
+            return train, test
         key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
         if key is None:
             raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s"

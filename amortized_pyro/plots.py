@@ -247,7 +247,8 @@ def gap_figure(reports, path):
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -272,5 +273,6 @@ def plateau_figure(results, path, fraction=0.9):
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return _save(fig, path)

@@ -25,7 +25,7 @@ def format_fit(result):
     lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
              % (c.guide, width, result.data_source, final["epoch"], result.device, result.train_seconds,
                 1000 * result.train_seconds / max(1, final["epoch"])),
-             "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])]
+             final_elbo_line(final)]
     for split in ("train", "test"):
         lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
             split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
@@ -38,6 +38,15 @@ def format_fit(result):
 def hit_cap(report):
     """Whether q*'s optimization stopped at its step cap (then L(q*) and every gap are lower bounds)."""
     return report["optimizer_steps"] >= report["settings"]["max_steps"]
+
+
+def final_elbo_line(final):
+    """The summary's ELBO line; a run that ended inside its KL warm-up has no ELBO, and says so."""
+    if math.isnan(final["elbo"]) and final.get("kl_scale", 1.0) < 1:
+        return ("final ELBO      none: the run ended inside its KL warm-up (scale %.2f < 1), where the objective "
+                "(%.1f nats) is not the ELBO; train for more epochs than --kl-warmup" % (final["kl_scale"],
+                                                                                         final["objective"]))
+    return "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])
 
 
 def format_gap(report):

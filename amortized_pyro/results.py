@@ -176,6 +176,22 @@ def iterations_to(rows, threshold):
     return next((r["iteration"] for r in rows if r["train_plugin_mse"] < threshold), None)
 
 
+def load_gap_reports(folder):
+    """The gap reports (dicts with the gaps, as ``gap`` writes them) among the .json files in ``folder``;
+    other JSON (a run's config.json, summary.json) is passed over; none at all is an error."""
+    reports = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            value = json.loads(path.read_text())
+        except (ValueError, OSError) as e:
+            raise AmortizedPyroError("cannot read %s: %s" % (path, e)) from None
+        if isinstance(value, dict) and "amortization_gap" in value and "refinement" in value:
+            reports.append(value)
+    if not reports:
+        raise AmortizedPyroError("%s holds no gap reports (the .json files `gap` writes)" % folder)
+    return reports
+
+
 def leaves_plateau(rows, mean_image_mse, fraction=0.9):
     """The first evaluated row whose train plug-in MSE is below ``fraction`` × the mean image's (the run
     has left the mean-image plateau there), or None."""

@@ -96,11 +96,12 @@ def test_npy_and_npz_sources(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("nan", "NaN"), ("range", r"\[0, 1\]"), ("garbage", "cannot read"), ("keys", "expected arrays"),
+    ("nan", "NaN"), ("range", r"\[0, 1\]"), ("garbage", "not a readable .npy/.npz array file \\(corrupt"),
+    ("keys", "expected arrays"), ("sizes", "train and test images differ in size \\(784 and 16 pixels\\)"),
 ])
 def test_bad_array_files_give_clear_errors(tmp_path, content, message):
     images = sample_images(20) / 255.0
-    path = tmp_path / ("bad.npz" if content == "keys" else "bad.npy")
+    path = tmp_path / ("bad.npz" if content in ("keys", "sizes") else "bad.npy")
     if content == "nan":
         images[3, 5, 5] = np.nan
         np.save(path, images)
@@ -108,6 +109,8 @@ def test_bad_array_files_give_clear_errors(tmp_path, content, message):
         np.save(path, images * 3)
     elif content == "garbage":
         path.write_bytes(b"not an array at all")
+    elif content == "sizes":
+        np.savez(path, train=images.reshape(20, -1), test=images[:, :4, :4].reshape(20, -1))
     else:
         np.savez(path, a=images, b=images)
     with pytest.raises(AmortizedPyroError, match=message):

@@ -224,5 +224,12 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert all(np.isfinite(values).all() and len(values) == 2 for values in refinement.values())  # 0 and 5 steps
     empty = tmp_path / "empty"
     empty.mkdir()
+    (empty / "number.json").write_text("5\n")  # JSON, but no report: passed over, not a traceback
     refused = CliRunner().invoke(cli, ["gap-report", str(empty)])
-    assert refused.exit_code == 1 and "holds no gap reports" in refused.output
+    assert refused.exit_code == 1 and "holds no gap reports" in refused.output and "Traceback" not in refused.output
+    # a run directory: its gap.json is gathered, its config.json and summary.json passed over
+    result = CliRunner().invoke(cli, ["gap", str(finished_run), "--n-images", "3", "--importance-samples", "10",
+                                      "--theta-draws", "1", "--samples", "5", "--max-steps", "20", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    in_run = CliRunner().invoke(cli, ["gap-report", str(finished_run)])
+    assert in_run.exit_code == 0 and "| A-VI k=4 | test | 3 |" in in_run.output

@@ -124,3 +124,9 @@ def test_meanfield_estimator_trains_and_refuses_the_reference_objective(tiny_dat
     assert [r["elbo"] for r in result.history] != [r["elbo"] for r in sampled.history]
     with pytest.raises(AmortizedPyroError, match="meanfield"):
         FitConfig(elbo="meanfield", objective="reference").check()
+
+
+def test_a_run_that_ends_inside_its_warmup_says_so(tiny_data):
+    result = fit(SMALL, data=tiny_data, kl_warmup=10, epochs=2, progress=False)
+    summary = result.summary()
+    assert "ended inside its KL warm-up (scale 0.20 < 1)" in summary and "nan" not in summary.split("\n")[1]
