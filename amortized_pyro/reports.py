@@ -44,7 +44,7 @@ def final_elbo_line(final):
     """The summary's ELBO line; a run that ended inside its KL warm-up has no ELBO, and says so."""
     if math.isnan(final["elbo"]) and final.get("kl_scale", 1.0) < 1:
         return ("final ELBO      none: the run ended inside its KL warm-up (scale %.2f < 1), where the objective "
-                "(%.1f nats) is not the ELBO; train for more epochs than --kl-warmup" % (final["kl_scale"],
+                "(%.1f nats) is not the ELBO; train for more epochs than the warm-up" % (final["kl_scale"],
                                                                                          final["objective"]))
     return "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])
 
