@@ -25,7 +25,7 @@ from .gap import GapSettings
 from .guides import ENCODER_GUIDES, GUIDES
 from .options import FiniteFloat, config_file_option, option_name, settings_options
 from .reports import format_gap, format_reports, summary_text
-from .results import MSE_THRESHOLD, Results, load_gap_reports, slug
+from .results import PLATEAU_FRACTION, Results, load_gap_reports, slug
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -154,23 +154,25 @@ def comma_list(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-def write_comparison(results, out, threshold):
+def write_comparison(results, out, fraction):
     """results.jsonl, summary.md and every figure into ``out``; prints the summary table."""
     from .plots import plot_all
 
     results.save(out / "results.jsonl")
-    table = summary_text(results, threshold)
+    table = summary_text(results, fraction)
     (out / "summary.md").write_text(table + "\n")
     if not results.rows:
         raise AmortizedPyroError("every run of the grid failed (see %s)" % (out / "summary.md"))
-    paths = plot_all(results, out, threshold)
+    paths = plot_all(results, out, fraction)
     click.echo(table)
     click.echo("wrote %s, %s and %d figures into %s" % ("results.jsonl", "summary.md", len(paths), out))
 
 
-def mse_threshold_option(command):
-    return click.option("--mse-threshold", default=MSE_THRESHOLD, show_default=True, type=FiniteFloat(min=0, min_open=True),
-                        help="Train plug-in MSE that counts as 'reached' in the speed figure and table.")(command)
+def plateau_fraction_option(command):
+    return click.option("--plateau-fraction", default=PLATEAU_FRACTION, show_default=True,
+                        type=FiniteFloat(min=0, min_open=True),
+                        help="The speed figure and table count the SVI steps until the train plug-in MSE falls below "
+                             "this fraction of the mean training image's (which ignores z): leaving the plateau.")(command)
 
 
 @cli.command("compare")
@@ -186,7 +188,7 @@ def mse_threshold_option(command):
 @click.option("--data-seed", default=0, show_default=True, type=int,
               help="Seed of the training/test subsets (and binarization), the same for every configuration.")
 @click.option("--study", default="compare", show_default=True, help="Name of the study, shown in figure titles.")
-@mse_threshold_option
+@plateau_fraction_option
 @settings_options(FitConfig, grid=False)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: runs/compare-TIME-XXXX). Re-running with the same --out reuses "
@@ -210,7 +212,7 @@ def mse_threshold_option(command):
                    "seed on this many training and test images (M 4, K 1000, q* up to 3,000 steps, refinement "
                    "0/5/20/100 steps; as the gap command); 0 = not.")
 @friendly_errors
-def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_threshold, out, overwrite, allow_sample,
+def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_fraction, out, overwrite, allow_sample,
                     executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     settings, extra = split_config(options)
@@ -227,23 +229,23 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, mse_thres
                                      % (signal.Signals(e.signum).name, out))
         stopped.exit_code = e.exit_code
         raise stopped from None
-    write_comparison(results, out, mse_threshold)
+    write_comparison(results, out, plateau_fraction)
 
 
 @cli.command("plot")
 @click.argument("results_file", metavar="RESULTS", type=click.Path(dir_okay=False))
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the figures (default: the folder holding RESULTS).")
-@mse_threshold_option
+@plateau_fraction_option
 @friendly_errors
-def plot_command(results_file, out, mse_threshold):
+def plot_command(results_file, out, plateau_fraction):
     """Redraw every figure (and summary.md) from a saved results.jsonl alone."""
     from .plots import plot_all
 
     results = Results.load(results_file)
     out = Path(out) if out else Path(results_file).parent
-    paths = plot_all(results, out, mse_threshold)
-    (out / "summary.md").write_text(summary_text(results, mse_threshold) + "\n")
+    paths = plot_all(results, out, plateau_fraction)
+    (out / "summary.md").write_text(summary_text(results, plateau_fraction) + "\n")
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 

@@ -4,7 +4,7 @@ Every field carries its help text and its range or choices (:func:`amortized_pyr
 command line's options are generated from them (:mod:`amortized_pyro.options`), and :meth:`FitConfig.check`
 applies the same rules to configurations made in Python. A preset is a TOML file whose top-level keys are
 FitConfig fields (dashes or underscores) and whose optional ``[compare]`` table holds a comparison's grid
-(``guides``, ``widths``, ``seeds``, ``datasets``, ``data_seed``, ``study``, ``mse_threshold``)::
+(``guides``, ``widths``, ``seeds``, ``datasets``, ``data_seed``, ``study``, ``plateau_fraction``)::
 
     likelihood = "normal"
     obs_scale = 0.1
@@ -29,7 +29,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 BATCH_ORDERS = ("shuffled", "blocks")
-COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "mse_threshold")
+COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "plateau_fraction")
 
 
 def parse_device(text):
@@ -127,7 +127,10 @@ class FitConfig(Checked):
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)
     device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
-    eval_every: int = option(1, "Evaluate the reconstruction MSEs every this many epochs (and at the end).", low=1)
+    eval_every: int = option(100, "Evaluate the reconstruction MSEs every this many epochs (and at the end). An "
+                             "evaluation (16 predictive draws on train and test) costs about 4 epochs of training "
+                             "at the default size on a CPU; every 100 keeps it near 4% of the run (BENCHMARKS.md).",
+                             low=1)
     predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
                                    "plug-in MSE only.", low=0)
     checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "

@@ -5,7 +5,8 @@
     fig2_train_mse      plug-in (solid) and posterior-predictive (dotted) reconstruction MSE on the
                         training images against epoch, with the mean training image's MSE as a dashed line
     fig3_test_mse       the same on held-out images (F-VI has none)
-    fig4_speed          iterations to reach train MSE < threshold (box over seeds), and ms per epoch
+    fig4_speed          SVI steps until the train plug-in MSE falls below a fraction (0.9) of the mean
+                        image's, i.e. until z is used (box over seeds), and ms per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
     fig7_gaps           (with measured gaps; also from ``gap`` reports) the amortization gap against encoder width, train and test,
@@ -16,15 +17,22 @@ Curves show the mean over seeds with a band from the minimum to the maximum seed
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .guides import ENCODER_GUIDES, FAMILIES, display_order  # noqa: E402
-from .results import MSE_THRESHOLD, iterations_to, ms_per_epoch, slug  # noqa: E402
+from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug  # noqa: E402
 
 COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
+
+
+def _legend_outside(ax, fontsize=7):
+    """The legend to the right of the axes, never over the curves."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
 
 
 def _save(fig, path):
@@ -84,7 +92,7 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
     """One panel per dataset: the mean over seeds of each key in ``keys`` (solid, then dotted) against epoch,
     with a min–max band; ``baseline`` names the mean-image key to draw as a dashed line."""
     datasets = sorted({r["dataset"] for r in results.rows})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(9.5 * len(datasets), 4.5), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
         plotted = []
         for key, style in zip(keys, ("-", ":")):
@@ -106,11 +114,11 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
         if log_scale:
             set_log_scale(ax, plotted)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend_outside(ax)
     return _save(fig, path)
 
 
-def speed_figure(results, path, threshold=MSE_THRESHOLD):
+def speed_figure(results, path, fraction=PLATEAU_FRACTION):
     datasets = sorted({r["dataset"] for r in results.rows})
     fig, axes = plt.subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
     for col, dataset in enumerate(datasets):
@@ -119,14 +127,16 @@ def speed_figure(results, path, threshold=MSE_THRESHOLD):
             if ds == dataset:
                 runs.setdefault(name, []).append(rows)
         names = sorted(runs, key=display_order)
-        reached = [[i for i in (iterations_to(r, threshold) for r in runs[n]) if i is not None] for n in names]
+        baseline = results.baseline(dataset)
+        reached = [[i for i in (iterations_to_leave(r, baseline, fraction) for r in runs[n]) if i is not None]
+                   for n in names]
         ax = axes[0][col]
         ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
         for i, (name, r) in enumerate(zip(names, reached)):
             ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
                         xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
-        ax.set(ylabel="iterations to train plug-in MSE < %g" % threshold,
-               title=_title(results, dataset, "Speed: iterations to train plug-in MSE < %g" % threshold))
+        what = "SVI steps until train plug-in MSE < %g × the mean image's (z used)" % fraction
+        ax.set(ylabel="SVI steps", title=_title(results, dataset, "Speed: " + what))
         ax.title.set_fontsize(9)
         ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
         ax = axes[1][col]
@@ -197,7 +207,7 @@ def seeds_figure(results, path):
     return _save(fig, path)
 
 
-def plot_all(results, out, threshold=MSE_THRESHOLD):
+def plot_all(results, out, fraction=PLATEAU_FRACTION):
     """Draw every figure into ``out``; returns the paths written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,7 +217,7 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
         curve_figure(results, ["%s_plugin_mse" % split, "%s_predictive_mse" % split],
                      "%s reconstruction MSE" % split, "%s MSE: plug-in (solid), predictive (dotted)" % split.title(),
                      path, log_scale=True, baseline="%s_mse" % split)
-    speed_figure(results, paths[3], threshold)
+    speed_figure(results, paths[3], fraction)
     for dataset in sorted({r["dataset"] for r in results.rows}):
         path = out / ("fig5_reconstructions_%s.png" % slug(dataset))
         if reconstruction_figure(results, dataset, path) is not None:
@@ -222,37 +232,45 @@ def plot_all(results, out, threshold=MSE_THRESHOLD):
 
 def gap_figure(reports, path):
     """Amortization gap (mean ± standard error over images) against encoder width, train and test, with
-    F-VI and constant-VI as horizontal lines; and the gap left after k refinement steps, per configuration."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    F-VI and constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps
+    (± s.e. over images), per configuration."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    widths = set()
     for split, color in (("train", "tab:blue"), ("test", "tab:orange")):
         for guide, style in zip(ENCODER_GUIDES, ("-", "--")):
             encoder = sorted((r for r in reports if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
+            widths.update(r["width"] for r in encoder)
             if encoder:
                 left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
                               yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", color=color, ls=style,
                               capsize=3, label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
         for r in reports:
             if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
-                left.axhline(r["amortization_gap"]["mean"], color=color, ls="--" if r["guide"] == "per-datapoint" else ":",
-                             lw=1, label="%s, %s images" % (r["label"], split))
+                gap = r["amortization_gap"]
+                family = "--" if r["guide"] == "per-datapoint" else ":"
+                left.axhline(gap["mean"], color=color, ls=family, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
+                left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
              title="Amortization gap (mean ± s.e. over images)")
+    if widths:  # the widths themselves as ticks, not powers of ten
+        left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
+        left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     refinable = (r for r in reports if r["refinement"] and r["elbo_guide"])  # from the guide's own factor
     for r in sorted(refinable, key=lambda r: (r["split"], display_order(r["label"]))):
         steps = [max(row["steps"], 0.5) for row in r["refinement"]]
-        right.plot(steps, [row["gap_left"]["mean"] for row in r["refinement"]], marker="o",
-                   ls="-" if r["split"] == "test" else "--", label="%s, %s" % (r["label"], r["split"]))
+        right.errorbar(steps, [row["gap_left"]["mean"] for row in r["refinement"]],
+                       yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], marker="o", capsize=3,
+                       ls="-" if r["split"] == "test" else "--", label="%s, %s" % (r["label"], r["split"]))
     right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
-              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement")
+              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (mean ± s.e. over images)")
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        _legend_outside(ax)
     return _save(fig, path)
 
 
-def plateau_figure(results, path, fraction=0.9):
+def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
     (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -273,6 +291,5 @@ def plateau_figure(results, path, fraction=0.9):
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        _legend_outside(ax)
     return _save(fig, path)

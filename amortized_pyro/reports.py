@@ -4,7 +4,7 @@ import math
 
 from .evaluation import MSE_KEYS
 from .guides import FAMILIES, display_order
-from .results import MSE_THRESHOLD
+from .results import PLATEAU_FRACTION
 
 REFINE_COLUMNS = (5, 20, 100)  # refinement steps shown in gap tables (compare measures these and 0)
 GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "log_px", "amortization_gap", "approximation_gap")
@@ -90,7 +90,7 @@ def format_reports(reports):
     return "\n".join(lines)
 
 
-def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
+def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
     """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
     failed under it."""
     def pm(pair, fmt):
@@ -101,11 +101,12 @@ def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
 
     lines = ["| dataset | configuration | seeds | epochs | final ELBO / obs (nats) | gap to F-VI (nats/obs) | gap (%%) "
              "| train MSE plug-in | train MSE predictive | test MSE plug-in | test MSE predictive "
-             "| plug-in ÷ mean image | z informative | ms / epoch | iterations to train MSE < %g |" % threshold,
+             "| plug-in ÷ mean image | z informative | ms / epoch | iterations to train MSE < %g × mean image's |"
+             % fraction,
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_threshold"], "%.0f"), r["seeds_reaching_threshold"],
-                                         r["seeds"]) if r["seeds_reaching_threshold"] else "not reached")
+        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
+                                         r["seeds"]) if r["seeds_leaving"] else "not reached")
         lines.append("| %s |" % " | ".join([
             r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), pm(r["elbo_per_obs"], "%.2f"),
             num(r["gap_to_fvi"], "%.2f"), num(r["gap_to_fvi_percent"], "%.2f")]
@@ -120,10 +121,10 @@ def format_summary(table, threshold=MSE_THRESHOLD, failures=()):
     return "\n".join(lines)
 
 
-def summary_text(results, threshold=MSE_THRESHOLD):
+def summary_text(results, fraction=PLATEAU_FRACTION):
     """A comparison's summary.md: the per-configuration table, the failures, and the gap table where gaps
     were measured."""
-    text = format_summary(results.summary(threshold), threshold, results.failures)
+    text = format_summary(results.summary(fraction), fraction, results.failures)
     if results.gaps:
         text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
                  "first seed of each configuration):\n\n" + format_reports(results.gaps))

@@ -20,7 +20,7 @@ from .errors import AmortizedPyroError
 from .evaluation import MSE_KEYS, mean_image_mse
 from .guides import FAMILIES, display_order, label
 
-MSE_THRESHOLD = 0.07
+PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
 
 
@@ -120,7 +120,7 @@ class Results:
             runs.setdefault((row["dataset"], row["label"], row["seed"]), []).append(row)
         return runs
 
-    def summary(self, threshold=MSE_THRESHOLD):
+    def summary(self, fraction=PLATEAU_FRACTION):
         """A row per (dataset, configuration): final ELBO, MSEs, whether z is used, time, gap to F-VI, speed."""
         groups = {}
         for (dataset, name, seed), rows in self.runs().items():
@@ -128,12 +128,12 @@ class Results:
         table = []
         for (dataset, name), runs in groups.items():
             finals = [rows[-1] for rows in runs]
-            reached = [iterations_to(rows, threshold) for rows in runs]
+            reached = [iterations_to_leave(rows, self.baseline(dataset), fraction) for rows in runs]
             row = {"dataset": dataset, "label": name, "seeds": len(runs), "epochs": finals[0]["epoch"],
                    "elbo_per_obs": _mean_sd([f["elbo_per_obs"] for f in finals]),
                    "ms_per_epoch": _mean_sd([ms_per_epoch(rows) for rows in runs]),
-                   "iterations_to_threshold": _mean_sd([r for r in reached if r is not None]),
-                   "seeds_reaching_threshold": sum(r is not None for r in reached),
+                   "iterations_to_leave": _mean_sd([r for r in reached if r is not None]),
+                   "seeds_leaving": sum(r is not None for r in reached),
                    "mean_image_mse": self.baseline(dataset)}
             row.update({key: _mean_sd([f.get(key, math.nan) for f in finals]) for key in MSE_KEYS})
             baseline = row["mean_image_mse"]["train_mse"] if row["mean_image_mse"] else math.nan
@@ -171,9 +171,11 @@ def ms_per_epoch(rows):
     return 1000 * (last["time"] - first["time"]) / (last["epoch"] - first["epoch"])
 
 
-def iterations_to(rows, threshold):
-    """The first evaluated iteration at which the train plug-in MSE is below ``threshold`` (None if never)."""
-    return next((r["iteration"] for r in rows if r["train_plugin_mse"] < threshold), None)
+def iterations_to_leave(rows, baseline, fraction=PLATEAU_FRACTION):
+    """The iteration (SVI step) of :func:`leaves_plateau` given the comparison's mean-image baseline, or None
+    (never left, or no baseline to compare with)."""
+    row = leaves_plateau(rows, baseline["train_mse"], fraction) if baseline else None
+    return row["iteration"] if row else None
 
 
 def load_gap_reports(folder):
@@ -192,7 +194,7 @@ def load_gap_reports(folder):
     return reports
 
 
-def leaves_plateau(rows, mean_image_mse, fraction=0.9):
+def leaves_plateau(rows, mean_image_mse, fraction=PLATEAU_FRACTION):
     """The first evaluated row whose train plug-in MSE is below ``fraction`` × the mean image's (the run
     has left the mean-image plateau there), or None."""
     return next((r for r in rows if r["train_plugin_mse"] < fraction * mean_image_mse), None)

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import pyro
 
@@ -45,3 +46,10 @@ def same_records(a, b):
     def same(x, y):
         return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
     return len(a) == len(b) and all(r.keys() == s.keys() and all(same(r[k], s[k]) for k in r) for r, s in zip(a, b))
+
+
+def legend_clear_of(ax):
+    """Whether ``ax`` has a legend and it lies outside the axes' area (covers no data)."""
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()  # the figure was closed by pyplot after saving
+    legend = ax.get_legend()
+    return legend is not None and not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))

@@ -18,7 +18,7 @@ from amortized_pyro.reports import format_summary
 from amortized_pyro.results import Results, leaves_plateau
 from amortized_pyro.plots import plot_all
 
-from conftest import same_records
+from conftest import legend_clear_of, same_records
 
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
@@ -117,6 +117,7 @@ def test_figures_show_what_they_say(tiny, tmp_path):
         assert set(lines) == {"%s (%s)" % (n, kind) for n in expected for kind in ("plugin", "predictive")} | \
             {"mean training image (ignores z)"}
         assert lines["mean training image (ignores z)"][0] == pytest.approx(baseline["%s_mse" % split])
+        assert legend_clear_of(ax)  # the legend beside the curves, not over them
         assert all(np.isfinite(values).all() for values in lines.values())
     seeds = plots.seeds_figure(results, tmp_path / "f6.png")
     panels = [ax for ax in seeds.axes if ax.get_visible()]
@@ -226,3 +227,22 @@ def test_overwriting_a_run_redoes_its_gap_reports(tmp_path, monkeypatch):
 
 def run_cli(args):
     return CliRunner().invoke(cli, args)
+
+
+def test_speed_counts_leaving_the_mean_image_not_an_absolute_mse(tmp_path):
+    """A run sitting just under an absolute MSE of 0.07 while the mean image is at 0.063 has not left the
+    plateau: 'reached' is relative to the mean image (0.9 × its train MSE by default)."""
+    common = dict(kind="metrics", study="s", dataset="d", guide="shared", width=None, n_obs=10, elbo=-1.0,
+                  elbo_per_obs=-0.1, test_plugin_mse=math.nan, train_predictive_mse=math.nan,
+                  test_predictive_mse=math.nan, theta_scale_mean=0.1)
+    rows = [dict(common, label="constant-VI", seed=0, epoch=e, iteration=10 * e, time=e, train_plugin_mse=0.061)
+            for e in (1, 2)]
+    rows += [dict(common, guide="amortized", width=8, label="A-VI k=8", seed=0, epoch=e, iteration=10 * e, time=e,
+                  train_plugin_mse=mse) for e, mse in ((1, 0.062), (2, 0.05))]
+    results = Results(rows, baselines=[{"kind": "baseline", "dataset": "d", "train_mse": 0.063, "test_mse": 0.064}])
+    table = {r["label"]: r for r in results.summary()}
+    assert table["constant-VI"]["seeds_leaving"] == 0  # 0.061 < 0.07, but > 0.9 × 0.063
+    assert table["A-VI k=8"]["seeds_leaving"] == 1 and table["A-VI k=8"]["iterations_to_leave"][0] == 20
+    assert "not reached" in format_summary(results.summary()).splitlines()[3]
+    speed = plots.speed_figure(results, tmp_path / "speed.png")
+    assert [t.get_text() for t in speed.axes[0].texts] == ["1/1 seeds", "0/1 seeds"]

@@ -21,6 +21,8 @@ from amortized_pyro.local_elbo import local_elbo, log_weights, optimize
 from amortized_pyro.model import BayesianDecoderModel
 from amortized_pyro.plots import gap_figure
 
+from conftest import legend_clear_of
+
 N, D, Z, H, SIGMA = 4, 6, 2, 3, 0.5
 
 
@@ -219,9 +221,23 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert [c.get_label() for c in left.containers] == ["A-VI, train images", "A-VI, test images"]
     for container, report in zip(left.containers, reports):  # one point per width, at the measured gap
         assert container.lines[0].get_ydata()[0] == pytest.approx(report["amortization_gap"]["mean"])
-    refinement = {line.get_label(): line.get_ydata() for line in right.get_lines()}
+    assert [t.get_text() for t in left.get_xticklabels()] == ["4"]  # widths as ticks, not powers of ten
+    refinement = {c.get_label(): c for c in right.containers}
     assert set(refinement) == {"A-VI k=4, train", "A-VI k=4, test"}
-    assert all(np.isfinite(values).all() and len(values) == 2 for values in refinement.values())  # 0 and 5 steps
+    for report in reports:  # 0 and 5 steps, each with its error bar of ± s.e. over images
+        container = refinement["A-VI k=4, %s" % report["split"]]
+        values = np.asarray(container.lines[0].get_ydata(), dtype=float)
+        assert np.isfinite(values).all() and len(values) == 2
+        half_heights = [abs(seg[1][1] - seg[0][1]) / 2 for seg in container.lines[2][0].get_segments()]
+        assert half_heights == pytest.approx([row["gap_left"]["stderr"] for row in report["refinement"]])
+    for ax in (left, right):
+        assert legend_clear_of(ax)
+    fvi = dict(reports[0], guide="per-datapoint", label="F-VI", width=None)  # a reference line with its ± s.e. band
+    left, _ = gap_figure(reports + [fvi], tmp_path / "with-fvi.png").axes
+    (band,) = left.patches
+    low, high = band.get_y(), band.get_y() + band.get_height()
+    gap = fvi["amortization_gap"]
+    assert (low, high) == pytest.approx((gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"]))
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "number.json").write_text("5\n")  # JSON, but no report: passed over, not a traceback
