@@ -1,0 +1,71 @@
+"""compare on a Ray cluster that loses a node: a local multi-node cluster (``ray.cluster_utils.Cluster``: a
+head and two worker nodes, one CPU each, on this machine), one worker node removed while the grid runs; the
+grid finishes, the runs that were on the lost node resume from their checkpoints on the nodes left, and the
+table equals the local executor's. (A module of its own: it starts its own Ray, not the one of test_ray.py.)"""
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+from amortized_pyro.comparison import compare
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+GRID = dict(guides=("shared",), widths=(4,), seeds=(0, 1, 2), datasets=("mnist-sample",), n_obs=100, n_test=10,
+            batch_size=20, hidden=8, z_dim=3, device="cpu", eval_every=2, predictive_draws=2, epochs=30,
+            checkpoint_every="1", progress=False, log=lambda line: None)
+
+
+def table(results):
+    return [{k: v for k, v in row.items() if k != "time"} for row in results.rows]
+
+
+@pytest.fixture
+def cluster():
+    if ray.is_initialized():
+        ray.shutdown()
+    # a lost node noticed within about a second (Ray's default health check takes 15 s or more)
+    fast_checks = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 2}
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "_system_config": fast_checks})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    yield cluster, workers
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_a_lost_node_loses_no_run(cluster, tmp_path):
+    cluster, workers = cluster
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a one-CPU Ray task runs, so that sums run in the same order
+    try:
+        local = compare(out=tmp_path / "local", **GRID)
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / "cluster"
+    runs = [out / "runs" / "mnist-sample" / ("constant-VI-seed%d" % seed) for seed in GRID["seeds"]]
+    finished = []
+    thread = threading.Thread(target=lambda: finished.append(
+        compare(out=out, executor="ray", ray_options=dict(address=cluster.address), **GRID)))
+    started = time.time()
+    thread.start()
+    deadline = time.time() + 240
+    # three runs on three one-CPU nodes: once every run has checkpointed 8 epochs of 30, a node is lost mid-run
+    while not all((run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 8
+                  for run in runs):
+        assert time.time() < deadline and thread.is_alive(), "the grid did not start on the cluster"
+        time.sleep(0.05)
+    print("every run at epoch 8 after %.1f s" % (time.time() - started))
+    lost = time.time()
+    cluster.remove_node(workers[0], allow_graceful=False)
+    thread.join(timeout=300)
+    print("grid finished %.1f s after the node was lost" % (time.time() - lost))
+    assert finished, "the grid did not finish after a node was lost"
+    assert table(finished[0]) == table(local)
+    resumed = [json.loads((run / "config.json").read_text()).get("resumes", []) for run in runs]
+    assert sum(len(r) for r in resumed) == 1, resumed  # the lost node's run, and no other, resumed once
+    assert next(r for r in resumed if r)[0]["from_epoch"] >= 7  # from its checkpoint, not from the start
