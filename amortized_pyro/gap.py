@@ -1,29 +1,38 @@
 """The amortization gap, measured per image on a trained run (Cremer, Li & Duvenaud 2018; Kim et al. 2018),
-for a model whose decoder is Bayesian.
+for a model whose decoder is Bayesian: three gaps that add up.
 
-With q(θ) trained and frozen, for one image x_n and a Gaussian factor q(z_n) (:mod:`amortized_pyro.local_elbo`):
+With q(θ) trained and frozen, M draws θ_m ~ q(θ) shared by every quantity, for one image x_n and a Gaussian
+factor q(z_n) (:mod:`amortized_pyro.local_elbo`):
 
-    L_n(q)   = E_{q(θ)} E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)]       the local ELBO
-    log p(x_n) := E_{q(θ)}[log p(x_n | θ)], each log p(x_n | θ_m) estimated by the importance-weighted bound
-               log (1/K) Σ_k p(x_n, z_k | θ_m) / q*(z_k), z_k ~ q*_n, averaged over the M draws θ_m
-    q*_n     = the best Gaussian factor for x_n: Adam on L_n (S draws of z per step, a fresh θ ~ q(θ) per
-               step) from the guide's factor (from the prior where the guide has none for x_n), until the
-               windowed stopping rule (Cremer et al.: windows of 100 steps, patience 10) or a cap
-    amortization gap = L_n(q*) − L_n(q_guide),   approximation gap = log p(x_n) − L_n(q*)
+    L_n(q; θ)  = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)],   L_n(q) = mean_m L_n(q; θ_m)
+    q*_n       = the best Gaussian factor for x_n under q(θ): Adam on L_n (on the same M draws θ_m) from
+                 the guide's factor (from the prior where the guide has none for x_n), per image until its
+                 windowed stopping rule (Cremer et al.: windows of 100 steps, patience 10), best iterate,
+                 learning rate halved on plateaus, or a cap
+    q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule)
+    log p(x_n) := mean_m log p(x_n | θ_m); each log p(x_n | θ_m) by the importance-weighted bound with K
+                 samples from q*_nm, and, as a second estimator, by annealed importance sampling from q*_nm
+                 (:mod:`amortized_pyro.ais`); both are stochastic lower bounds
 
-The global term KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left out. Every L_n and
-log p(x_n) is evaluated on the same M draws of θ (``theta="sample"``; ``theta="mean"`` fixes θ at E_q[θ],
-where all quantities are exact in the limit) with the same S draws of z per θ. All images are optimized
-together, vectorized, on the run's device. Refinement (semi-amortized inference as an evaluation):
-``refine_steps`` = (0, 5, 20, …) runs that many of the same Adam steps from the guide's factor and records
-the gap left, L_n(q*) − L_n(q_k).
+    amortization gap   L_n(q*) − L_n(q_guide)                 what the encoder loses against the best factor
+    coupling gap       mean_m L_n(q*_nm; θ_m) − L_n(q*)       the cost of a q(z_n) that ignores θ (q(θ)q(z))
+    approximation gap  log p(x_n) − mean_m L_n(q*_nm; θ_m)    the cost of the Gaussian family at each θ
+
+so that the three add up to log p(x_n) − L_n(q_guide). With θ fixed at E_q[θ] (``theta="mean"``) the
+coupling gap is zero up to optimization noise and the others are Cremer et al.'s. The global term
+KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left out. Standard errors are over the
+images only: the θ draws, the z draws and the trained run (one seed) are held fixed. Where an image's q* or
+q*_m stopped at the cap, the amortization (or coupling) gap is a lower bound there, and the report counts
+them. Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that
+many of q*'s Adam steps from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
 """
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
-from .local_elbo import StoppingRule, local_elbo, log_weights, optimize
+from .ais import ais_log_marginal
+from .local_elbo import StoppingRule, converge, local_elbo, log_weights, refine
 from .model import decode
 from .settings import Checked, option
 
@@ -44,11 +53,16 @@ class GapSettings(Checked):
     window: int = option(100, "Stopping rule for q*: windows of this many steps ...", low=1)
     patience: int = option(10, "... stop after this many windows without improvement ...", low=1)
     max_steps: int = option(5000, "... or after this many steps.", low=1)
+    decay_patience: int = option(2, "Halve the learning rate when the total over the images has not improved "
+                                 "for this many windows.", low=1)
+    ais_steps: int = option(200, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
+    ais_chains: int = option(8, "AIS chains per image and θ draw.", low=1)
+    leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
     chunk: int = option(100, "Importance samples evaluated at once (memory).", low=1)
     seed: int = option(0, "Seeds every draw of the evaluation.")
 
     def rule(self):
-        return StoppingRule(self.window, self.patience, self.max_steps)
+        return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience)
 
 
 def theta_draws(q_theta, settings, generator):
@@ -87,38 +101,51 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     quantities are None where it has no factor for these images."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
-    log_joint, q_theta = model.local_log_joint, guide.q_theta
+    log_joint, q_theta, rule = model.local_log_joint, guide.q_theta, settings.rule()
     thetas = theta_draws(q_theta, settings, generator)
     factor = guide.factor(x, idx)
     start = factor if factor is not None else (torch.zeros(x.shape[0], model.z_dim, device=x.device),
                                                torch.ones(x.shape[0], model.z_dim, device=x.device))
-    start_log_scale = start[1].log()
-    each_step = q_theta.mean() if settings.theta == "mean" else (lambda: q_theta.sample(generator))
-
-    def run(steps=None):
-        loc, log_scale, taken = optimize(log_joint, x, start[0], start_log_scale, each_step, settings.lr,
-                                         settings.step_samples, generator, steps, settings.rule())
-        return loc, log_scale.exp(), taken
-
-    loc, scale, steps = run()
-    elbo_optimized = local_elbo(log_joint, x, loc, scale, thetas, settings.samples, generator)
-    log_px = log_marginal(log_joint, x, loc, scale, thetas, settings.importance_samples, settings.chunk, generator)
+    best = converge(log_joint, x, start[0], start[1].log(), thetas, settings.lr, rule, settings.step_samples,
+                    generator)
+    scale = best.log_scale.exp()
+    elbo_optimized = local_elbo(log_joint, x, best.loc, scale, thetas, settings.samples, generator)
+    per_theta = [converge(log_joint, x, best.loc, best.log_scale, theta, settings.lr, rule, settings.step_samples,
+                          generator) for theta in thetas]
+    elbo_per_theta, log_px, log_px_ais = [], [], []
+    for theta, q in zip(thetas, per_theta):
+        q_scale = q.log_scale.exp()
+        elbo_per_theta.append(local_elbo(log_joint, x, q.loc, q_scale, [theta], settings.samples, generator))
+        log_px.append(log_marginal(log_joint, x, q.loc, q_scale, [theta], settings.importance_samples,
+                                   settings.chunk, generator))
+        if settings.ais_steps:
+            log_px_ais.append(ais_log_marginal(log_joint, x, q.loc, q_scale, theta, settings.ais_steps,
+                                               settings.ais_chains, settings.leapfrog, generator))
+    elbo_per_theta, log_px = torch.stack(elbo_per_theta).mean(0), torch.stack(log_px).mean(0)
+    log_px_ais = torch.stack(log_px_ais).mean(0) if log_px_ais else None
     elbo_guide = local_elbo(log_joint, x, *start, thetas, settings.samples, generator) if factor is not None else None
-    per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "log_px": log_px,
+    per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
+                 "log_px": log_px, "log_px_ais": log_px_ais,
                  "amortization_gap": None if elbo_guide is None else elbo_optimized - elbo_guide,
-                 "approximation_gap": log_px - elbo_optimized}
+                 "coupling_gap": elbo_per_theta - elbo_optimized, "approximation_gap": log_px - elbo_per_theta,
+                 "iwae_minus_ais": None if log_px_ais is None else log_px - log_px_ais}
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         if k:
-            k_loc, k_scale, _ = run(k)
-            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_scale, thetas, settings.samples, generator)
+            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), thetas, settings.lr, k,
+                                        settings.step_samples, generator)
+            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_log_scale.exp(), thetas, settings.samples,
+                                               generator)
         else:  # the guide's own factor: its gap is the amortization gap, the same estimate
             left = per_image["amortization_gap"]
         refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     with torch.no_grad():
-        plugin = model.observation_mean(decode(loc, thetas[0] if settings.theta == "mean" else q_theta.mean()))
+        plugin = model.observation_mean(decode(best.loc, thetas[0] if settings.theta == "mean" else q_theta.mean()))
     result = {name: summarize(values) for name, values in per_image.items()}
-    result.update(settings=asdict(settings), optimizer_steps=steps, hit_cap=steps >= settings.max_steps,
+    capped, capped_per_theta = int(best.capped.sum()), sum(int(q.capped.sum()) for q in per_theta)
+    result.update(settings=asdict(settings), optimizer_steps=int(best.steps.max()), capped=capped,
+                  capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
+                  stderr_over="images (θ draws, z draws and the trained run held fixed)",
                   refine_steps=list(refine_steps), refinement=refined,
                   optimized_plugin_mse=(x - plugin).pow(2).mean().item(),
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})

@@ -24,7 +24,7 @@ from torch import nn
 import pyro
 
 from .errors import AmortizedPyroError
-from .local_elbo import optimize
+from .local_elbo import refine
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 from .modules import LocalModule
 from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
@@ -79,7 +79,7 @@ class SemiAmortizedFactor(AmortizedFactor):
         if not self.steps or theta is None:
             return loc0, scale0
         theta = {k: v.detach() for k, v in theta.items()}
-        loc, log_scale, _ = optimize(self.log_joint, x, loc0, scale0.log(), theta, self.lr, 1, generator, self.steps)
+        loc, log_scale = refine(self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1, generator)
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
 
 

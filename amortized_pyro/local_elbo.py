@@ -2,9 +2,9 @@
 
     L_n(q; θ) = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)]
 
-estimated with reparameterized draws z = μ + σ ε, ε from an explicit generator. :func:`optimize` runs Adam
-on Σ_n L_n for every image at once: a fixed number of steps (the semi-amortized guide's refinement, the
-gap's refinement rows) or until a windowed stopping rule (the gap's q*). ``log_joint(x, z, θ)`` is the
+estimated with reparameterized draws z = μ + σ ε, ε from an explicit generator. Adam runs on Σ_n L_n for
+every image at once: :func:`refine` for a fixed number of steps (the semi-amortized guide's refinement, the
+gap's refinement rows), :func:`converge` until each image's windowed stopping rule (the gap's q*). ``log_joint(x, z, θ)`` is the
 model's :meth:`~amortized_pyro.model.BayesianDecoderModel.local_log_joint`.
 """
 import math
@@ -31,36 +31,90 @@ def local_elbo(log_joint, x, loc, scale, thetas, samples, generator=None):
 
 @dataclass
 class StoppingRule:
-    """Stop when the mean objective over a window of ``window`` steps has not improved for ``patience``
-    windows (Cremer et al.: 100 and 10), or after ``max_steps``."""
+    """Per image: stop when the image's mean objective over a window of ``window`` steps has not improved
+    for ``patience`` windows (Cremer et al.: 100 and 10), keeping the iterate that ended its best window;
+    every image stops after ``max_steps``. The learning rate halves whenever the total over the images has
+    not improved for ``decay_patience`` windows (torch's ReduceLROnPlateau)."""
 
     window: int = 100
     patience: int = 10
     max_steps: int = 5000
+    decay_patience: int = 2
 
 
-def optimize(log_joint, x, loc, log_scale, theta, lr, draws=1, generator=None, steps=None, rule=None):
-    """Adam (learning rate ``lr``) on Σ_n L_n from (loc, log σ), ``draws`` draws of z per image and step, at
-    ``theta`` (site → tensor, or a function returning each step's θ): ``steps`` steps, or until ``rule``
-    (a :class:`StoppingRule`). Returns (loc, log σ, steps taken), detached."""
-    loc, log_scale = loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
+@dataclass
+class Optimum:
+    """What :func:`converge` found: per image the best iterate (loc, log σ), the steps it took, and whether
+    it was stopped by the cap rather than by the rule (its L_n is then a lower bound on the converged one)."""
+
+    loc: torch.Tensor
+    log_scale: torch.Tensor
+    steps: torch.Tensor
+    capped: torch.Tensor
+
+
+def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator):
+    """Adam on Σ_n L_n from (loc, log σ), ``draws`` z per image and step, at ``theta``: a θ (site → tensor),
+    a list of θ (the objective is the mean of L_n over them), or a function returning each step's θ. Yields
+    (optimizer, each step's objective per image [n]) after each step; the leaves ``loc``, ``log_scale`` are
+    updated in place."""
     optimizer = torch.optim.Adam([loc, log_scale], lr=lr)
-    limit = steps if steps is not None else rule.max_steps
-    best, stale, window, taken = -math.inf, 0, [], 0
     with torch.enable_grad():
-        while taken < limit:
+        while True:
             at = theta() if callable(theta) else theta
-            objective = log_weights(log_joint, x, loc, log_scale.exp(), at, draws, generator).mean(0).sum()
+            scale = log_scale.exp()
+            objective = torch.stack([log_weights(log_joint, x, loc, scale, one, draws, generator).mean(0)
+                                     for one in (at if isinstance(at, list) else [at])]).mean(0)
             optimizer.zero_grad()
-            (-objective).backward()
+            (-objective.sum()).backward()
             optimizer.step()
-            taken += 1
-            if steps is None:
-                window.append(objective.detach())
-                if len(window) == rule.window:
-                    mean = torch.stack(window).mean().item()  # one host sync per window, not per step
-                    best, stale = (mean, 0) if mean > best else (best, stale + 1)
-                    window = []
-                    if stale >= rule.patience:
-                        break
-    return loc.detach(), log_scale.detach(), taken
+            yield optimizer, objective.detach()
+
+
+def _leaves(loc, log_scale):
+    return loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
+
+
+def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None):
+    """``steps`` Adam steps on Σ_n L_n from (loc, log σ) (the semi-amortized guide, the gap's refinement
+    rows); returns (loc, log σ), detached."""
+    loc, log_scale = _leaves(loc, log_scale)
+    for _, _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator)):
+        pass
+    return loc.detach(), log_scale.detach()
+
+
+def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None):
+    """Adam on Σ_n L_n from (loc, log σ) until every image has stopped by ``rule`` (a :class:`StoppingRule`)
+    or the cap; every image is optimized until the last stops, each keeps its own best iterate. One host
+    sync per window. Returns an :class:`Optimum`."""
+    loc, log_scale = _leaves(loc, log_scale)
+    n = x.shape[0]
+    best = torch.full((n,), -math.inf, dtype=loc.dtype, device=loc.device)
+    stale = torch.zeros(n, dtype=torch.long, device=loc.device)
+    steps = torch.full((n,), rule.max_steps, dtype=torch.long, device=loc.device)
+    running = torch.ones(n, dtype=torch.bool, device=loc.device)
+    best_loc, best_log_scale = loc.detach().clone(), log_scale.detach().clone()
+    window = torch.zeros(n, dtype=loc.dtype, device=loc.device)
+    adam = _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator)
+    decay = None
+    for step, (optimizer, objective) in zip(range(1, rule.max_steps + 1), adam):
+        if decay is None:
+            decay = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=0.5,
+                                                               patience=rule.decay_patience)
+        window += objective
+        if step % rule.window:
+            continue
+        mean, window = window / rule.window, torch.zeros_like(window)
+        better = running & (mean > best)
+        best = torch.where(better, mean, best)
+        stale = torch.where(better, 0, stale + 1)
+        best_loc = torch.where(better[:, None], loc.detach(), best_loc)
+        best_log_scale = torch.where(better[:, None], log_scale.detach(), best_log_scale)
+        done = running & (stale >= rule.patience)
+        steps = torch.where(done, step, steps)
+        running = running & ~done
+        decay.step(mean.sum().item())  # the window's one host sync
+        if not running.any():
+            break
+    return Optimum(best_loc, best_log_scale, steps, running)

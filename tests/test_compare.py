@@ -23,7 +23,8 @@ from conftest import legend_clear_of, same_records
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
 # the command's gap settings with a small Monte Carlo budget, so that gap tests take seconds on any machine
-SMALL_GAP = GapSettings(theta_draws=2, importance_samples=100, samples=20, max_steps=300, window=50, patience=2)
+SMALL_GAP = GapSettings(theta_draws=2, importance_samples=100, samples=20, max_steps=300, window=50, patience=2,
+                      ais_steps=10, ais_chains=4)
 COLUMNS = {"kind", "study", "dataset", "guide", "width", "label", "seed", "n_obs", "epoch", "iteration", "elbo",
            "elbo_per_obs", "train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse", "time",
            "theta_scale_mean"}
