@@ -231,36 +231,42 @@ def plot_all(results, out, fraction=PLATEAU_FRACTION):
 
 
 def gap_figure(reports, path):
-    """Amortization gap (mean ± standard error over images) against encoder width, train and test, with
-    F-VI and constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps
-    (± s.e. over images), per configuration."""
+    """Amortization gap (mean ± standard error over images) against encoder width, with F-VI and
+    constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
+    images), per configuration. A colour per family (left) or configuration (right), a line style per split
+    (train solid, test dashed): no two lines look alike."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    family_colors = {"amortized": "tab:blue", "semi-amortized": "tab:purple", "per-datapoint": "tab:red",
+                     "shared": "tab:gray"}
+    split_styles = {"train": "-", "test": "--"}
     widths = set()
-    for split, color in (("train", "tab:blue"), ("test", "tab:orange")):
-        for guide, style in zip(ENCODER_GUIDES, ("-", "--")):
+    for split, style in split_styles.items():
+        for guide in ENCODER_GUIDES:
             encoder = sorted((r for r in reports if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
             widths.update(r["width"] for r in encoder)
             if encoder:
                 left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
-                              yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", color=color, ls=style,
-                              capsize=3, label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
+                              yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", ls=style,
+                              color=family_colors[guide], capsize=3,
+                              label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
         for r in reports:
             if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
-                gap = r["amortization_gap"]
-                family = "--" if r["guide"] == "per-datapoint" else ":"
-                left.axhline(gap["mean"], color=color, ls=family, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
+                gap, color = r["amortization_gap"], family_colors[r["guide"]]
+                left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
                 left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
              title="Amortization gap (mean ± s.e. over images)")
     if widths:  # the widths themselves as ticks, not powers of ten
         left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
         left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    refinable = (r for r in reports if r["refinement"] and r["elbo_guide"])  # from the guide's own factor
-    for r in sorted(refinable, key=lambda r: (r["split"], display_order(r["label"]))):
+    refinable = sorted((r for r in reports if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
+                       key=lambda r: (r["split"], display_order(r["label"])))
+    colors = _colors(sorted({r["label"] for r in refinable}, key=display_order))
+    for r in refinable:
         steps = [max(row["steps"], 0.5) for row in r["refinement"]]
         right.errorbar(steps, [row["gap_left"]["mean"] for row in r["refinement"]],
                        yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], marker="o", capsize=3,
-                       ls="-" if r["split"] == "test" else "--", label="%s, %s" % (r["label"], r["split"]))
+                       color=colors[r["label"]], ls=split_styles[r["split"]], label="%s, %s" % (r["label"], r["split"]))
     right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
               ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (mean ± s.e. over images)")
     for ax in (left, right):

@@ -237,6 +237,8 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
         assert half_heights == pytest.approx([row["gap_left"]["stderr"] for row in report["refinement"]])
     for ax in (left, right):
         assert legend_clear_of(ax)
+        looks = [(str(c.lines[0].get_color()), c.lines[0].get_linestyle()) for c in ax.containers]
+        assert len(set(looks)) == len(looks)  # no two lines alike
     fvi = dict(reports[0], guide="per-datapoint", label="F-VI", width=None)  # a reference line with its ± s.e. band
     left, _ = gap_figure(reports + [fvi], tmp_path / "with-fvi.png").axes
     (band,) = left.patches
