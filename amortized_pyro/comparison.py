@@ -103,8 +103,8 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an error
     unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``). ``executor``
     is "local" or "ray" (``ray_options``: address, cpus_per_run, gpus_per_run, retries; needs ``out``).
-    ``gap_images`` > 0 measures, once training is done, the amortization and approximation gaps of each
-    configuration's first seed on its first ``gap_images`` training and test images (:func:`gap_reports`),
+    ``gap_images`` > 0 measures, once training is done, the gaps of every finished run (each seed) on its
+    first ``gap_images`` training and test images (:func:`gap_reports`),
     with ``gap_settings`` (a :class:`~amortized_pyro.gap.GapSettings`; default and the command line's: COMPARE_GAP).
     """
     base = FitConfig(**config).check()
@@ -148,7 +148,7 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     results = assemble(jobs, finished, study, seeds[0])
     if gap_images:
         for job in jobs:
-            if job.seed == seeds[0] and not isinstance(finished.get(id(job)), str):
+            if not isinstance(finished.get(id(job)), str):
                 results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings or COMPARE_GAP))
                 results.save(out / "results.jsonl")
     return results

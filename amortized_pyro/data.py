@@ -30,7 +30,7 @@ class Data:
     source: str
     binarized: bool = False
     name: str = "data"
-    origin: dict = None  # where to load the same images again: {"dataset", "data_dir"}, paths absolute
+    origin: dict = None  # where to load the same images again: {"dataset", "data_dir", "seed"}, paths absolute
 
     def to(self, device):
         return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name, self.origin)
@@ -217,5 +217,5 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
     train, test = pick_subsets(pool, test_pool, n_obs, n_test, seed, log)
     resolved = dataset if dataset in NAMED or dataset == "mnist-sample" else str(Path(dataset).resolve())
     data = Data(train, test, source, name=dataset,
-                origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve())})
+                origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve()), "seed": seed})
     return data.binarize(seed) if binarize else data

@@ -97,11 +97,13 @@ def data_info(data):
 def run_data(path, info, config, data=None, log=print):
     """The images the run in ``path`` was trained on: ``data`` where given, else loaded again from where the
     run recorded them (``origin``: the source actually used, so a run of ``mnist`` that fell back to the
-    shipped sample reloads the sample, and a relative path is the absolute one it was), whatever the
-    current directory. Refused in one line, naming both fingerprints, where they are other images."""
+    shipped sample reloads the sample, a relative path is the absolute one it was, and the subset is drawn
+    with the seed it was drawn with), whatever the current directory. Refused in one line, naming both fingerprints, where they are other images."""
     if data is None:
         origin = info["data"].get("origin") or {"dataset": info["data"]["name"], "data_dir": config.data_dir}
-        data = prepare_data(replace(config, dataset=origin["dataset"], data_dir=origin["data_dir"]), None, log)
+        # the subset's seed: a comparison draws every run's images from its --data-seed, not the run's seed
+        data = prepare_data(replace(config, dataset=origin["dataset"], data_dir=origin["data_dir"],
+                                    seed=origin.get("seed", config.seed)), None, log)
     else:
         data = prepare_data(config, data, log)
     recorded = info["data"]["fingerprint"]

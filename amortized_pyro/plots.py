@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .guides import ENCODER_GUIDES, FAMILIES, display_order  # noqa: E402
-from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug  # noqa: E402
+from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, over_seeds, seed_groups, slug  # noqa: E402
 
 COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
 
@@ -234,7 +234,13 @@ def gap_figure(reports, path):
     """Amortization gap (mean ± standard error over images) against encoder width, with F-VI and
     constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
     images), per configuration. A colour per family (left) or configuration (right), a line style per split
-    (train solid, test dashed): no two lines look alike."""
+    (train solid, test dashed): no two lines look alike. Several training seeds of a configuration: their mean
+    ± the standard error over seeds."""
+    groups = seed_groups(reports)
+    one = {key: dict(group[0], amortization_gap=over_seeds([r["amortization_gap"] for r in group]),
+                     refinement=[dict(row, gap_left=over_seeds([r["refinement"][i]["gap_left"] for r in group]))
+                                 for i, row in enumerate(group[0]["refinement"])])
+           for key, group in groups.items()}
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
     family_colors = {"amortized": "tab:blue", "semi-amortized": "tab:purple", "per-datapoint": "tab:red",
                      "shared": "tab:gray"}
@@ -242,14 +248,14 @@ def gap_figure(reports, path):
     widths = set()
     for split, style in split_styles.items():
         for guide in ENCODER_GUIDES:
-            encoder = sorted((r for r in reports if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
+            encoder = sorted((r for r in one.values() if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
             widths.update(r["width"] for r in encoder)
             if encoder:
                 left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
                               yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", ls=style,
                               color=family_colors[guide], capsize=3,
                               label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
-        for r in reports:
+        for r in one.values():
             if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
                 gap, color = r["amortization_gap"], family_colors[r["guide"]]
                 left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
@@ -259,7 +265,7 @@ def gap_figure(reports, path):
     if widths:  # the widths themselves as ticks, not powers of ten
         left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
         left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    refinable = sorted((r for r in reports if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
+    refinable = sorted((r for r in one.values() if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
                        key=lambda r: (r["split"], display_order(r["label"])))
     colors = _colors(sorted({r["label"] for r in refinable}, key=display_order))
     for r in refinable:
