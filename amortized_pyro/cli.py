@@ -1,15 +1,12 @@
-"""Command line: ``python -m amortized_pyro fit|compare|plot|gap``, a thin layer over the Python API.
+"""Command line: ``python -m amortized_pyro fit|compare|plot|gap|gap-report|capacity``, a thin layer over the
+Python API (the gap commands in :mod:`amortized_pyro.gap_cli`).
 
 The training options are generated from :class:`~amortized_pyro.config.FitConfig`'s fields
 (:mod:`amortized_pyro.options`); ``--config FILE`` reads a TOML preset, which options given on the command
 line override.
 """
-import functools
-import json
-import os
 import secrets
 import signal
-import sys
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -19,67 +16,14 @@ from click.core import ParameterSource
 
 from .comparison import WIDTHS, compare
 from .config import FitConfig, check_values
-from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, RunExists
-from .fitting import fit, measure_run, prepare_data, resume
-from .gap import GapSettings
+from .cli_common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log
+from .errors import AmortizedPyroError, Interrupted
+from .fitting import fit, prepare_data, resume
+from .gap_cli import GAP_COMMANDS
 from .guides import ENCODER_GUIDES, GUIDES
-from .options import FiniteFloat, config_file_option, option_name, settings_options
-from .reports import format_gap, format_reports, summary_text
-from .results import PLATEAU_FRACTION, Results, load_gap_reports, slug
-
-
-DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
-
-
-def debugging():
-    """--debug on the command line, or AMORTIZED_PYRO_DEBUG=1 in the environment."""
-    context = click.get_current_context(silent=True)
-    flag = context is not None and context.find_root().params.get("debug", False)
-    return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
-
-
-def friendly_errors(command):
-    """Runtime failures end in one line on stderr and exit status 1 (128 + signal number when a signal
-    stopped the run), never a traceback, unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for it."""
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        code = 1
-        try:
-            return command(*args, **kwargs)
-        except Exception as e:
-            if debugging():
-                raise
-            code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
-            if isinstance(e, AmortizedPyroError):
-                message = hint(e)
-            elif isinstance(e, MemoryError):
-                message = "out of memory: try a smaller --n-obs or --batch-size"
-            elif isinstance(e, (RuntimeError, OSError, ValueError)):  # torch's own, e.g. CUDA out of memory
-                message = "%s (run with --debug for the traceback)" % (str(e).strip().splitlines() or [type(e).__name__])[0]
-            else:
-                raise
-        except KeyboardInterrupt:
-            message, code = "interrupted; results written so far are kept", 130
-        click.echo("Error: %s" % message, err=True)
-        sys.exit(code)
-    return wrapper
-
-
-PROG = "python -m amortized_pyro"
-
-
-def hint(error):
-    """The error's line, with how to go on from the command line where there is a way."""
-    if isinstance(error, FixedSettings):
-        return "--resume continues a run as it was defined: it cannot change %s (only %s)" % (
-            ", ".join(map(option_name, error.fields)), ", ".join(map(option_name, error.allowed)))
-    if isinstance(error, Interrupted) and error.out:
-        return "%s: resume with %s fit --resume %s" % (error, PROG, error.out)
-    if isinstance(error, Diverged) and error.out:
-        return "%s: continue it with a lower learning rate, %s fit --resume %s --lr LR" % (error, PROG, error.out)
-    if isinstance(error, RunExists):
-        return "%s: use --resume %s to continue it or --overwrite to replace it" % (error, error.out)
-    return str(error)
+from .options import FiniteFloat, config_file_option, settings_options
+from .reports import summary_text
+from .results import PLATEAU_FRACTION, Results, slug
 
 
 def default_out(config, data):
@@ -96,19 +40,10 @@ def split_config(options):
     return ({k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names})
 
 
-def stderr_log(line):
-    click.echo(line, err=True)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error (also: %s=1)." % DEBUG_ENV)
 def cli(debug):
     """Amortized vs per-datapoint variational inference in a Bayesian deep generative model (Pyro)."""
-
-
-def overwrite_option(command):
-    return click.option("--overwrite", is_flag=True,
-                        help="Replace a run that --out already holds (otherwise refused).")(command)
 
 
 @cli.command("fit")
@@ -249,58 +184,8 @@ def plot_command(results_file, out, plateau_fraction):
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 
-def step_counts(ctx, param, value):
-    """--refine-steps: comma-separated whole numbers >= 0."""
-    try:
-        steps = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-    if any(k < 0 for k in steps):
-        raise click.BadParameter("step counts must be >= 0, got %r" % value)
-    return steps
-
-
-@cli.command("gap")
-@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
-@click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
-              help="Measure on the run's training images or its held-out ones.")
-@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
-              help="The first N images of the split.")
-@settings_options(GapSettings, progress=False)
-@click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
-              "0,5,20,100: the gap left after that many steps from the guide's factor.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="Where to write the results (default: RUN_DIR/gap.json).")
-@overwrite_option
-@friendly_errors
-def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, **settings):
-    """Measure the amortization and approximation gaps of a finished run, per image, with standard errors:
-    L_n(guide), L_n(q*), log p(x_n) (importance-weighted), and their differences."""
-
-    out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
-    if out_file.exists() and not overwrite:
-        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
-    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log)
-    out_file.write_text(json.dumps(report, indent=1) + "\n")
-    click.echo(format_gap(report))
-    click.echo("wrote %s" % out_file)
-
-
-@cli.command("gap-report")
-@click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
-@friendly_errors
-def gap_report_command(folder):
-    """Gather the gap reports in FOLDER (the .json files `gap` writes, e.g. a run directory's gap.json, or a
-    folder of them; other .json files there are passed over) into gap_summary.md and gap_figure.png."""
-    from .plots import gap_figure
-
-    reports = load_gap_reports(folder)
-    table = format_reports(reports)
-    (Path(folder) / "gap_summary.md").write_text(table + "\n")
-    gap_figure(reports, Path(folder) / "gap_figure.png")
-    click.echo(table)
-    click.echo("wrote gap_summary.md and gap_figure.png into %s" % folder)
+for command in GAP_COMMANDS:
+    cli.add_command(command)
 
 
 def main():

@@ -216,13 +216,18 @@ def load_run(path, device="cpu", data=None):
                      info["data"]["mean_image_mse"], path)
 
 
-def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print):
-    """:func:`amortized_pyro.gap.measure` on the first ``n_images`` of a finished run's training or test
-    images; the report names the run, the split and the settings (see the ``gap`` command)."""
+def finished_run(run_dir, device="cpu", log=print):
+    """A finished run (:func:`load_run`) and its images, reloaded and checked, on ``device``."""
     if run_status(run_dir) != "finished":
         raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
     result = load_run(run_dir, device)
-    data = run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
+    return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
+
+
+def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print):
+    """:func:`amortized_pyro.gap.measure` on the first ``n_images`` of a finished run's training or test
+    images; the report names the run, the split and the settings (see the ``gap`` command)."""
+    result, data = finished_run(run_dir, device, log)
     images = data.train if split == "train" else data.test
     if images.shape[0] == 0:
         raise AmortizedPyroError("the run has no %s images" % split)

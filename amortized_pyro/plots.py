@@ -16,31 +16,12 @@ Curves show the mean over seeds with a band from the minimum to the maximum seed
 """
 from pathlib import Path
 
-import matplotlib
-import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .guides import ENCODER_GUIDES, FAMILIES, display_order  # noqa: E402
-from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, over_seeds, seed_groups, slug  # noqa: E402
-
-COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
-
-
-def _legend_outside(ax, fontsize=7):
-    """The legend to the right of the axes, never over the curves."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
-
-
-def _save(fig, path):
-    """Write ``fig`` to ``path`` and release it from pyplot; returns the figure (its artists stay readable)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return fig
+from .figure_style import configuration_colors, legend_outside, plt, save_figure
+from .gap_plots import gap_figure
+from .guides import display_order
+from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug
 
 
 def _curves(results, dataset, key):
@@ -66,18 +47,6 @@ def _title(results, dataset, what):
         what, study, dataset, rows[0]["n_obs"], max(r["epoch"] for r in rows), seeds, "s" * (seeds > 1))
 
 
-def _colors(names):
-    """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
-    families in fixed colours (F-VI red, constant-VI gray)."""
-    fixed = iter(("tab:red", "tab:gray", "tab:brown", "tab:pink"))
-    colors = {f.label: next(fixed) for f in FAMILIES.values() if not f.encoder}
-    encoders = [f.label for f in FAMILIES.values() if f.encoder]
-    for family, cmap in zip(encoders, COLORMAPS):
-        members = [n for n in names if n.startswith(family + " ")]
-        colors.update({n: plt.get_cmap(cmap)(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
-    return colors
-
-
 def set_log_scale(ax, values):
     """Log scale, or symmetric-log where some values are not positive."""
     finite = np.concatenate([np.ravel(v) for v in values]) if values else np.array([1.0])
@@ -97,7 +66,7 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
         plotted = []
         for key, style in zip(keys, ("-", ":")):
             curves = _curves(results, dataset, key)
-            colors = _colors(list(curves))
+            colors = configuration_colors(list(curves))
             for name, (epochs, values) in curves.items():
                 values = -values if negate else values
                 plotted.append(values)
@@ -114,8 +83,8 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
         if log_scale:
             set_log_scale(ax, plotted)
         ax.grid(alpha=0.3)
-        _legend_outside(ax)
-    return _save(fig, path)
+        legend_outside(ax)
+    return save_figure(fig, path)
 
 
 def speed_figure(results, path, fraction=PLATEAU_FRACTION):
@@ -141,14 +110,14 @@ def speed_figure(results, path, fraction=PLATEAU_FRACTION):
         ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
         ax = axes[1][col]
         ax.bar(range(len(names)), [np.mean(m) for m in ms], yerr=[np.std(m) for m in ms],
-               color=[_colors(names)[n] for n in names], capsize=3)
+               color=[configuration_colors(names)[n] for n in names], capsize=3)
         ax.set_xticks(range(len(names)), names)
         ax.set(ylabel="training time per epoch (ms)", title="wall-clock time per epoch (mean ± sd over seeds)")
         ax.title.set_fontsize(9)
         for a in axes[:, col]:
             a.tick_params(axis="x", labelsize=8, rotation=20)
             a.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def reconstruction_figure(results, dataset, path):
@@ -178,7 +147,7 @@ def reconstruction_figure(results, dataset, path):
                     ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
     fig.suptitle(_title(results, dataset, "Plug-in reconstructions m(Ω(E[z]; E[θ])); F-VI has no q(z) for test images"),
                  fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def seeds_figure(results, path):
@@ -204,7 +173,7 @@ def seeds_figure(results, path):
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(_title(results, datasets[0], "−ELBO of every seed"), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_all(results, out, fraction=PLATEAU_FRACTION):
@@ -230,58 +199,6 @@ def plot_all(results, out, fraction=PLATEAU_FRACTION):
     return paths
 
 
-def gap_figure(reports, path):
-    """Amortization gap (mean ± standard error over images) against encoder width, with F-VI and
-    constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
-    images), per configuration. A colour per family (left) or configuration (right), a line style per split
-    (train solid, test dashed): no two lines look alike. Several training seeds of a configuration: their mean
-    ± the standard error over seeds."""
-    groups = seed_groups(reports)
-    one = {key: dict(group[0], amortization_gap=over_seeds([r["amortization_gap"] for r in group]),
-                     refinement=[dict(row, gap_left=over_seeds([r["refinement"][i]["gap_left"] for r in group]))
-                                 for i, row in enumerate(group[0]["refinement"])])
-           for key, group in groups.items()}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
-    family_colors = {"amortized": "tab:blue", "semi-amortized": "tab:purple", "per-datapoint": "tab:red",
-                     "shared": "tab:gray"}
-    split_styles = {"train": "-", "test": "--"}
-    widths = set()
-    for split, style in split_styles.items():
-        for guide in ENCODER_GUIDES:
-            encoder = sorted((r for r in one.values() if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
-            widths.update(r["width"] for r in encoder)
-            if encoder:
-                left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
-                              yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", ls=style,
-                              color=family_colors[guide], capsize=3,
-                              label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
-        for r in one.values():
-            if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
-                gap, color = r["amortization_gap"], family_colors[r["guide"]]
-                left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
-                left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
-    left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
-             title="Amortization gap (mean ± s.e. over images)")
-    if widths:  # the widths themselves as ticks, not powers of ten
-        left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
-        left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    refinable = sorted((r for r in one.values() if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
-                       key=lambda r: (r["split"], display_order(r["label"])))
-    colors = _colors(sorted({r["label"] for r in refinable}, key=display_order))
-    for r in refinable:
-        steps = [max(row["steps"], 0.5) for row in r["refinement"]]
-        right.errorbar(steps, [row["gap_left"]["mean"] for row in r["refinement"]],
-                       yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], marker="o", capsize=3,
-                       color=colors[r["label"]], ls=split_styles[r["split"]], label="%s, %s" % (r["label"], r["split"]))
-    right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
-              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (mean ± s.e. over images)")
-    for ax in (left, right):
-        ax.title.set_fontsize(9)
-        ax.grid(alpha=0.3)
-        _legend_outside(ax)
-    return _save(fig, path)
-
-
 def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
     (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
@@ -303,5 +220,6 @@ def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
-        _legend_outside(ax)
-    return _save(fig, path)
+        legend_outside(ax)
+    return save_figure(fig, path)
+

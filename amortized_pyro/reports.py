@@ -164,3 +164,25 @@ def summary_text(results, fraction=PLATEAU_FRACTION):
         text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
                  "over seeds where there are several; see below):\n\n" + format_reports(results.gaps))
     return text
+
+
+def format_capacity(rows):
+    """The capacity sweep as a Markdown table: a row per encoder width, depth and split, the amortization
+    gap as the mean over seeds of their image means ± the standard error over seeds (images within each)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["width"], r["depth"], r["split"]), []).append(r)
+    lines = ["| width k | hidden layers | split | seeds | images | encoder epochs | encoders at the epoch cap "
+             "| amortization gap | coupling gap | approximation gap |", "|---" * 10 + "|"]
+    for (width, depth, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
+        lines.append("| %d | %d | %s | %d | %d | %.0f | %d | %s | %s | %s |" % (
+            width, depth, split, len(group), group[0]["n_images"], sum(r["epochs"] for r in group) / len(group),
+            sum(r["encoder_capped"] for r in group), _pm(over_seeds([r["amortization_gap"] for r in group])),
+            _pm(over_seeds([r["coupling_gap"] for r in group])), _pm(over_seeds([r["approximation_gap"] for r in group]))))
+    capped = sum(hit_cap(r) for r in rows)
+    if capped:
+        lines.append("\n%d of %d gap measurements had a q* or q*_m stopped at its step cap: there the gaps are lower "
+                     "bounds." % (capped, len(rows)))
+    lines.append("\nnats per image; ± is the standard error over the encoders' seeds of their image means (one seed: "
+                 "over images). The decoder's q(θ) is the trained run's, frozen; only the encoders are fresh.")
+    return "\n".join(lines)

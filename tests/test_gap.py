@@ -19,7 +19,7 @@ from amortized_pyro.gap import GapSettings, log_marginal, measure
 from amortized_pyro.guides import make_guide
 from amortized_pyro.local_elbo import converge, local_elbo, log_weights
 from amortized_pyro.model import BayesianDecoderModel
-from amortized_pyro.plots import gap_figure
+from amortized_pyro.gap_plots import gap_figure
 
 from conftest import legend_clear_of
 

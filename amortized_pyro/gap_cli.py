@@ -1,0 +1,115 @@
+"""The gap commands of the command line: ``gap`` (one run), ``gap-report`` (reports gathered into a table and a
+figure) and ``capacity`` (fresh encoders on a frozen q(θ)); :mod:`amortized_pyro.cli` adds them to its group."""
+import json
+from pathlib import Path
+
+import click
+
+from .capacity import EncoderTraining, sweep
+from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts
+from .errors import AmortizedPyroError
+from .fitting import finished_run, measure_run
+from .gap import GapSettings
+from .options import settings_options
+from .reports import format_capacity, format_gap, format_reports
+from .results import load_gap_reports
+from .runs import atomic_write
+
+
+@click.command("gap")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
+              help="Measure on the run's training images or its held-out ones.")
+@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
+              help="The first N images of the split.")
+@settings_options(GapSettings, progress=False)
+@click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
+              "0,5,20,100: the gap left after that many steps from the guide's factor.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the results (default: RUN_DIR/gap.json).")
+@overwrite_option
+@friendly_errors
+def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, **settings):
+    """Measure the amortization, coupling and approximation gaps of a finished run, per image, with standard
+    errors: L_n(guide), L_n(q*), the best factor per θ draw, log p(x_n) by IWAE and by AIS, and their
+    differences (they add up to log p(x_n) − L_n(guide))."""
+
+    out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
+    if out_file.exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
+    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log)
+    out_file.write_text(json.dumps(report, indent=1) + "\n")
+    click.echo(format_gap(report))
+    click.echo("wrote %s" % out_file)
+
+
+@click.command("gap-report")
+@click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
+@friendly_errors
+def gap_report_command(folder):
+    """Gather the gap reports in FOLDER (the .json files `gap` writes, e.g. a run directory's gap.json, or a
+    folder of them; other .json files there are passed over) into gap_summary.md and gap_figure.png."""
+    from .gap_plots import gap_figure
+
+    reports = load_gap_reports(folder)
+    table = format_reports(reports)
+    (Path(folder) / "gap_summary.md").write_text(table + "\n")
+    gap_figure(reports, Path(folder) / "gap_figure.png")
+    click.echo(table)
+    click.echo("wrote gap_summary.md and gap_figure.png into %s" % folder)
+
+
+def whole_numbers(ctx, param, value):
+    """--widths, --depths, --seeds of ``capacity``: comma-separated whole numbers >= 1 (seeds >= 0)."""
+    low = 0 if param.name == "seeds" else 1
+    try:
+        values = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
+    if not values or any(v < low for v in values):
+        raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
+    return values
+
+
+@click.command("capacity")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--widths", default="64,256,1024", show_default=True, callback=whole_numbers,
+              help="Comma-separated encoder widths.")
+@click.option("--depths", default="1,2,3", show_default=True, callback=whole_numbers,
+              help="Comma-separated numbers of hidden layers.")
+@click.option("--seeds", default="0,1,2", show_default=True, callback=whole_numbers,
+              help="Comma-separated seeds of the encoders' initialisation and training draws.")
+@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
+              help="The gaps on the first N training and N test images.")
+@settings_options(EncoderTraining, progress=False)
+@settings_options(GapSettings, progress=False)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity).")
+@overwrite_option
+@friendly_errors
+def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, **settings):
+    """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
+    seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
+    images: does capacity close the gap when the decoder is fixed?"""
+    training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
+    gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
+    out = Path(out_dir) if out_dir else Path(run_dir) / "capacity"
+    if (out / "capacity.jsonl").exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another folder" % (out / "capacity.jsonl"))
+    result, data = finished_run(run_dir, device, stderr_log)
+    rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "capacity.jsonl", lambda tmp: Path(tmp).write_text("".join(json.dumps(dict(r, run=str(run_dir)))
+                                                                                  + "\n" for r in rows)))
+    table = format_capacity(rows)
+    (out / "capacity.md").write_text(table + "\n")
+    from .gap_plots import capacity_figure
+
+    capacity_figure(rows, out / "capacity.png")
+    click.echo(table)
+    click.echo("wrote capacity.jsonl, capacity.md and capacity.png into %s" % out)
+
+
+GAP_COMMANDS = (gap_command, gap_report_command, capacity_command)

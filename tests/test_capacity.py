@@ -1,0 +1,64 @@
+"""The capacity sweep (Cremer et al.'s protocol on a frozen q(θ)): an encoder trained to convergence where the
+best factor is within its reach leaves no amortization gap (linear decoder, θ at a point: the posterior mean
+is linear in x, which an encoder with LeakyReLU slope 1 represents exactly); the command end to end."""
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from amortized_pyro import model as model_module
+from amortized_pyro.capacity import EncoderTraining, train_encoder
+from amortized_pyro.cli import cli
+from amortized_pyro.gap import GapSettings, measure
+from amortized_pyro.guides import Guide
+
+from test_gap import Linear
+
+
+def test_a_converged_encoder_closes_the_gap_where_it_can(monkeypatch):
+    monkeypatch.setattr(model_module, "LEAKY_SLOPE", 1.0)
+    linear = Linear()  # N = 4 images, z in 2-D
+    linear.guide.q_theta.scale = torch.full((linear.guide.q_theta.loc.numel(),), 1e-6)  # θ at a point: E_q[θ]
+    x = linear.x.repeat(10, 1) + 0.3 * torch.randn(40, linear.x.shape[1])  # 40 training images around them
+    training = EncoderTraining(encoder_lr=3e-3, encoder_batch_size=10, encoder_tolerance=0.01, encoder_window=50,
+                               max_epochs=20000)
+    factor, epochs, capped, _ = train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, training, seed=0)
+    settings = GapSettings(theta="mean", samples=2000, lr=0.02, step_samples=64, window=50, patience=5)
+    guide = Guide("amortized", 40, linear.guide.q_theta, factor)
+    before = Guide("amortized", 40, linear.guide.q_theta,
+                   train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, EncoderTraining(max_epochs=1), 0)[0])
+    for images in (x[:10], linear.x):  # training images, and images it never saw
+        gap = measure(linear.model, guide, images, None, settings)["amortization_gap"]
+        untrained = measure(linear.model, before, images, None, settings)["amortization_gap"]
+        assert not capped and abs(gap["mean"]) < 4 * gap["stderr"], (epochs, gap)
+        assert untrained["mean"] > gap["mean"] + 4 * untrained["stderr"]  # a one-epoch encoder is well off
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("capacity") / "run"
+    result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "40", "--n-test", "10",
+                                      "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "2",
+                                      "--width", "4", "--no-progress", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
+    args = ["capacity", str(finished_run), "--widths", "4,16", "--depths", "1,2", "--seeds", "0,1", "--n-images", "5",
+            "--max-epochs", "3", "--encoder-window", "2", "--encoder-batch-size", "20", "--theta-draws", "1", "--importance-samples", "20",
+            "--samples", "5", "--max-steps", "50", "--window", "10", "--ais-steps", "0"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (finished_run / "capacity" / "capacity.jsonl").read_text().splitlines()]
+    assert sorted((r["width"], r["depth"], r["seed"], r["split"]) for r in rows) == sorted(
+        (w, d, s, split) for w in (4, 16) for d in (1, 2) for s in (0, 1) for split in ("train", "test"))
+    assert all(r["epochs"] == 3 and r["encoder_capped"] for r in rows)  # 3 epochs: the cap, said as such
+    table = (finished_run / "capacity" / "capacity.md").read_text()
+    assert table.count("\n| 4 | 1 | train | 2 | 5 |") == 1 and "| 16 | 2 | test | 2 | 5 |" in table
+    assert (finished_run / "capacity" / "capacity.png").exists()
+    again = CliRunner().invoke(cli, args)  # never overwritten silently
+    assert again.exit_code == 1 and "--overwrite" in again.output
+    bad = CliRunner().invoke(cli, ["capacity", str(finished_run), "--widths", "0"])
+    assert bad.exit_code == 2 and "--widths" in bad.output
