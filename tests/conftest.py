@@ -53,3 +53,14 @@ def legend_clear_of(ax):
     renderer = FigureCanvasAgg(ax.figure).get_renderer()  # the figure was closed by pyplot after saving
     legend = ax.get_legend()
     return legend is not None and not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def tiny_finished_run(out):
+    """A finished run of A-VI k = 4 on 60 images of the shipped sample, trained for 2 epochs into ``out``."""
+    from click.testing import CliRunner
+    from amortized_pyro.cli import cli
+    result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20",
+                                      "--epochs", "2", "--batch-size", "30", "--hidden", "8", "--z-dim", "3",
+                                      "--width", "4", "--no-progress", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out

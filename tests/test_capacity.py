@@ -13,6 +13,7 @@ from amortized_pyro.cli import cli
 from amortized_pyro.gap import GapSettings, measure
 from amortized_pyro.guides import Guide
 
+from conftest import tiny_finished_run
 from test_gap import Linear
 
 
@@ -37,12 +38,7 @@ def test_a_converged_encoder_closes_the_gap_where_it_can(monkeypatch):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("capacity") / "run"
-    result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "40", "--n-test", "10",
-                                      "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "2",
-                                      "--width", "4", "--no-progress", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return tiny_finished_run(tmp_path_factory.mktemp("capacity") / "run")
 
 
 def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):

@@ -21,7 +21,7 @@ from amortized_pyro.local_elbo import converge, local_elbo, log_weights
 from amortized_pyro.model import BayesianDecoderModel
 from amortized_pyro.gap_plots import gap_figure
 
-from conftest import legend_clear_of
+from conftest import legend_clear_of, tiny_finished_run
 
 N, D, Z, H, SIGMA = 4, 6, 2, 3, 0.5
 
@@ -170,12 +170,7 @@ def test_gaps_are_not_negative_and_refinement_never_widens_them(tiny_data):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gap") / "run"
-    result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20",
-                                      "--epochs", "2", "--batch-size", "30", "--hidden", "8", "--z-dim", "3",
-                                      "--width", "4", "--no-progress", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
+    return tiny_finished_run(tmp_path_factory.mktemp("gap") / "run")
 
 
 def test_gap_command_writes_gap_json(finished_run):
