@@ -199,19 +199,22 @@ def plot_all(results, out, fraction=PLATEAU_FRACTION):
     return paths
 
 
+STUDY_RUN = ("study", "dataset", "label", "seed")  # merged studies: the same configuration and seed in each
+
+
 def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
     (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     studies = sorted({r["study"] for r in results.rows})
     colors = dict(zip(studies, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
-    for (dataset, name, seed), rows in sorted(results.runs().items()):
-        study = rows[0]["study"] if len({r["study"] for r in rows}) == 1 else None
+    runs = results.runs(by=STUDY_RUN)
+    for (study, dataset, name, seed), rows in sorted(runs.items()):
         baseline = results.baseline(dataset)["train_mse"]
         steps = [r["iteration"] for r in rows]
         style = "-" if name.startswith("A-VI") else "--"
-        tag = "%s, %s" % (study, name) if seed == min(s for (d, n, s) in results.runs() if (d, n) == (dataset, name)) \
-            else None
+        first = seed == min(s for (st, d, n, s) in runs if (st, d, n) == (study, dataset, name))
+        tag = "%s, %s" % (study, name) if first else None
         left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)
         right.plot(steps, [r["theta_scale_mean"] for r in rows], style, color=colors[study], lw=1, label=tag)
     left.axhline(fraction, color="black", ls=":", lw=1, label="%g × mean image" % fraction)

@@ -113,11 +113,12 @@ class Results:
         return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines,
                    [r for r in lines if r.get("kind") == "failure"], [r for r in lines if r.get("kind") == "gap"])
 
-    def runs(self):
-        """{(dataset, label, seed): [rows in epoch order]}."""
+    def runs(self, by=("dataset", "label", "seed")):
+        """{(dataset, label, seed): [rows in epoch order]}; ``by`` names other fields that tell runs apart
+        (("study", "dataset", "label", "seed") where several studies are merged)."""
         runs = {}
         for row in self.rows:
-            runs.setdefault((row["dataset"], row["label"], row["seed"]), []).append(row)
+            runs.setdefault(tuple(row[key] for key in by), []).append(row)
         return runs
 
     def summary(self, fraction=PLATEAU_FRACTION):

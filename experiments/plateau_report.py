@@ -14,7 +14,7 @@ import math
 import statistics
 from pathlib import Path
 
-from amortized_pyro.plots import plateau_figure
+from amortized_pyro.plots import STUDY_RUN, plateau_figure
 from amortized_pyro.results import Results, leaves_plateau
 
 FRACTION = 0.9
@@ -46,10 +46,9 @@ def main():
     lines = ["| study | configuration | seed | steps trained | first step < %g × mean image | s̄ there | final MSE ÷ mean "
              "image | final s̄ | final true ELBO / obs |" % FRACTION, "|---|---|---|---|---|---|---|---|---|"]
     groups = {}
-    for (dataset, name, seed), rows in sorted(results.runs().items(), key=lambda kv: (kv[1][0]["study"], kv[0])):
+    for (study, dataset, name, seed), rows in sorted(results.runs(by=STUDY_RUN).items()):
         base = results.baseline(dataset)["train_mse"]
         left, last = leaves_plateau(rows, base, FRACTION), rows[-1]
-        study = rows[0]["study"]
         lines.append("| %s | %s | %d | %d | %s | %s | %.3f | %.4f | %.2f |" % (
             study, name, seed, last["iteration"], left["iteration"] if left else "not yet",
             "%.4f" % left["theta_scale_mean"] if left else "–", last["train_plugin_mse"] / base,

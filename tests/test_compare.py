@@ -207,6 +207,12 @@ def test_plateau_figure_and_the_step_that_leaves_the_mean_image(tiny, tmp_path):
     left, right = plots.plateau_figure(results, tmp_path / "plateau.png").axes
     assert len(left.get_lines()) == len(results.runs()) + 1 and len(right.get_lines()) == len(results.runs())
     assert all(np.isfinite(line.get_ydata()).all() for line in right.get_lines())  # s̄ recorded at every evaluation
+    # two studies of the same configuration and seed (the two objectives) stay two runs
+    other = Results([dict(r, study="other") for r in results.rows] + results.rows, baselines=results.baselines)
+    left, right = plots.plateau_figure(other, tmp_path / "two.png").axes
+    assert len(right.get_lines()) == 2 * len(results.runs())
+    assert {line.get_label() for line in right.get_lines() if not line.get_label().startswith("_")} == \
+        {"%s, %s" % (study, name) for study in ("tiny", "other") for name in ("A-VI k=8", "F-VI")}
     rows = [{"iteration": i, "train_plugin_mse": mse} for i, mse in ((100, 0.07), (200, 0.06), (300, 0.05))]
     assert leaves_plateau(rows, 0.063)["iteration"] == 300  # 0.9 × 0.063 = 0.0567
     assert leaves_plateau(rows, 0.05) is None
