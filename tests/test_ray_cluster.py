@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 GRID = dict(guides=("shared",), widths=(4,), seeds=(0, 1, 2), datasets=("mnist-sample",), n_obs=100, n_test=10,
-            batch_size=20, hidden=8, z_dim=3, device="cpu", eval_every=2, predictive_draws=2, epochs=30,
+            batch_size=20, hidden=8, z_dim=3, device="cpu", eval_every=2, predictive_draws=2, epochs=100,
             checkpoint_every="1", progress=False, log=lambda line: None)
 
 
@@ -54,7 +54,7 @@ def test_a_lost_node_loses_no_run(cluster, tmp_path):
     started = time.time()
     thread.start()
     deadline = time.time() + 240
-    # three runs on three one-CPU nodes: once every run has checkpointed 8 epochs of 30, a node is lost mid-run
+    # three runs on three one-CPU nodes: once every run has checkpointed 8 epochs of 100, a node is lost mid-run
     while not all((run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 8
                   for run in runs):
         assert time.time() < deadline and thread.is_alive(), "the grid did not start on the cluster"
