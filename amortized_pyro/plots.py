@@ -218,7 +218,8 @@ def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
         left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)
         right.plot(steps, [r["theta_scale_mean"] for r in rows], style, color=colors[study], lw=1, label=tag)
     left.axhline(fraction, color="black", ls=":", lw=1, label="%g × mean image" % fraction)
-    left.set(xlabel="steps", ylabel="train plug-in MSE ÷ mean image's", title="Leaving the mean-image plateau")
+    left.set(xlabel="steps", ylabel="train plug-in MSE ÷ mean image's (log scale)", yscale="log",
+             title="Leaving the mean-image plateau")
     right.set(xlabel="steps", ylabel="mean scale s̄ of q(θ)", yscale="log", title="q(θ)'s scale")
     for ax in (left, right):
         ax.title.set_fontsize(9)

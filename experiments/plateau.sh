@@ -3,7 +3,7 @@
 # steps) under the authors' exact preset (objective = reference, not an ELBO) and the same with the true ELBO
 # (original-study-elbo.toml), on MNIST 8,000 / 2,000 cut from the published test file (e.g.
 # ../shared/data/mnist), plug-in MSE and q(theta)'s mean scale every 25 epochs (200 steps). A-VI for every seed
-# given, F-VI for the first; two runs at a time, one torch thread each; each run in its own comparison folder
+# given, F-VI for every seed too; two runs at a time, one torch thread each; each run in its own comparison folder
 # runs/plateau-OBJECTIVE-GUIDE-seedS. Resumable: run the same command again. Then the report:
 #   python experiments/plateau_report.py runs/plateau-* --out figures/plateau
 # Use: experiments/plateau.sh MNIST_IDX_FOLDER "0 1 2"
@@ -14,7 +14,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs
 jobs=()
 for seed in "${seeds[@]}"; do jobs+=("reference amortized $seed 2500" "elbo amortized $seed 2500"); done
-jobs+=("reference per-datapoint ${seeds[0]} 1250" "elbo per-datapoint ${seeds[0]} 1250")
+for seed in "${seeds[@]}"; do jobs+=("reference per-datapoint $seed 1250" "elbo per-datapoint $seed 1250"); done
 for job in "${jobs[@]}"; do
   set -- $job
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do sleep 5; done
