@@ -114,7 +114,8 @@ def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=N
         done = running & (stale >= rule.patience)
         steps = torch.where(done, step, steps)
         running = running & ~done
-        decay.step(mean.sum().item())  # the window's one host sync
-        if not running.any():
+        total, left = torch.stack([mean.sum(), running.sum().to(mean.dtype)]).tolist()  # the window's one host sync
+        decay.step(total)
+        if not left:
             break
     return Optimum(best_loc, best_log_scale, steps, running)
