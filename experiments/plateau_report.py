@@ -6,7 +6,7 @@ and under the true ELBO, and what q(θ)'s scale does meanwhile.
 
 Reads each comparison folder's results.jsonl (written by experiments/plateau.sh; the study's name says the
 objective), and writes into --out: plateau.md (per run: steps trained, the first evaluated step whose train
-plug-in MSE is below 0.9 × the mean image's, s̄ there and at the end, the final ratio and true ELBO; then
+plug-in MSE is below 0.9 × the mean image's, s̄ there, at its smallest and at the end, the final ratio and true ELBO; then
 mean ± standard error over seeds), plateau.png (plots.plateau_figure) and results.jsonl (the merged table).
 """
 import argparse
@@ -44,15 +44,16 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     results.save(out / "results.jsonl")
     lines = ["| study | configuration | seed | steps trained | first step < %g × mean image | s̄ there | final MSE ÷ mean "
-             "image | final s̄ | final true ELBO / obs |" % FRACTION, "|---|---|---|---|---|---|---|---|---|"]
+             "image | smallest s̄ (step) | final s̄ | final true ELBO / obs |" % FRACTION, "|---|---|---|---|---|---|---|---|---|---|"]
     groups = {}
     for (study, dataset, name, seed), rows in sorted(results.runs(by=STUDY_RUN).items()):
         base = results.baseline(dataset)["train_mse"]
         left, last = leaves_plateau(rows, base, FRACTION), rows[-1]
-        lines.append("| %s | %s | %d | %d | %s | %s | %.3f | %.4f | %.2f |" % (
+        low = min(rows, key=lambda r: r["theta_scale_mean"])
+        lines.append("| %s | %s | %d | %d | %s | %s | %.3f | %.4f (%d) | %.4f | %.2f |" % (
             study, name, seed, last["iteration"], left["iteration"] if left else "not yet",
             "%.4f" % left["theta_scale_mean"] if left else "–", last["train_plugin_mse"] / base,
-            last["theta_scale_mean"], last["elbo_per_obs"]))
+            low["theta_scale_mean"], low["iteration"], last["theta_scale_mean"], last["elbo_per_obs"]))
         groups.setdefault((study, name), []).append((left["iteration"] if left else None,
                                                      last["train_plugin_mse"] / base, last["theta_scale_mean"]))
     lines += ["", "Over seeds (mean ± standard error (seeds); the first-step column over the seeds that left):", "",
