@@ -79,7 +79,8 @@ def format_gap(report):
         lines.append("standard errors over %s" % report["stderr_over"])
         n = report["n_images"]
         lines.append("stopped at the cap of %d steps, not by the rule: %d of %d images' q*, %d of %d (image, θ) "
-                     "pairs' q*_m; where capped, the amortization and coupling gaps are lower bounds" % (
+                     "pairs' q*_m (a capped q* understates the amortization gap and overstates the coupling gap; a capped "
+                     "q*_m understates the coupling gap and overstates the approximation gap)" % (
                          report["settings"]["max_steps"], report["capped"], n, report["capped_per_theta"],
                          n * theta_count(report)))
         if report.get("iwae_minus_ais"):
