@@ -143,9 +143,9 @@ def plateau_fraction_option(command):
 @click.option("--ray-retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
 @click.option("--gap-images", default=0, show_default=True, type=click.IntRange(min=0),
-              help="After training, measure the amortization and approximation gaps of each configuration's first "
-                   "seed on this many training and test images (M 4, K 1000, q* up to 3,000 steps, refinement "
-                   "0/5/20/100 steps; as the gap command); 0 = not.")
+              help="After training, measure the gaps of every run (each seed) on this many training and test images "
+                   "(M 4, K 1000, AIS 200 steps, q* up to 3,000 steps, refinement 0/5/20/100 steps; as the gap "
+                   "command); the tables give the mean over seeds ± its standard error; 0 = not.")
 @friendly_errors
 def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_fraction, out, overwrite, allow_sample,
                     executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, **options):
