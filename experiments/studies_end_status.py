@@ -25,12 +25,17 @@ def status(folder):
             continue
         finished = (metrics.parent / "summary.json").exists()
         base = data["mean_image_mse"]
-        yield ("| %s | %s | %s | %d of %d%s | %.4f (%.2f) | %s | %.4f (%.2f) | %s | %s |" % (
+        yield ("| %s | %s | %s | %d of %d%s | %s | %s | %s | %s | %s |" % (
             study, objective, metrics.parent.name.rsplit("-seed", 1)[0].replace("_", " ").replace("k 64", "k=64"),
             last["epoch"] * steps_per_epoch, TOTAL_STEPS[study], "" if finished else ", going on",
-            last["train_plugin_mse"], last["train_plugin_mse"] / base["train_mse"], fmt(last.get("train_predictive_mse")),
-            last["test_plugin_mse"], last["test_plugin_mse"] / base["test_mse"], fmt(last.get("test_predictive_mse")),
+            with_ratio(last["train_plugin_mse"], base["train_mse"]), fmt(last.get("train_predictive_mse")),
+            with_ratio(last.get("test_plugin_mse"), base["test_mse"]), fmt(last.get("test_predictive_mse")),
             fmt(last.get("elbo_per_obs"), "%.2f")))
+
+
+def with_ratio(mse, base):
+    """An MSE and its ratio to the mean image's, or n/a (F-VI has no factor for test images)."""
+    return "n/a" if mse is None else "%.4f (%.2f)" % (mse, mse / base)
 
 
 def fmt(value, form="%.4f"):
