@@ -73,12 +73,17 @@ def overwrite_option(command):
                         help="Replace a run that --out already holds (otherwise refused).")(command)
 
 
-def step_counts(ctx, param, value):
-    """--refine-steps: comma-separated whole numbers >= 0."""
-    try:
-        steps = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-    if any(k < 0 for k in steps):
-        raise click.BadParameter("step counts must be >= 0, got %r" % value)
-    return steps
+def whole_numbers(low, required=False):
+    """A click callback reading comma-separated whole numbers >= ``low`` (at least one where ``required``)."""
+    def read(ctx, param, value):
+        try:
+            values = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
+        if (required and not values) or any(v < low for v in values):
+            raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
+        return values
+    return read
+
+
+step_counts = whole_numbers(0)  # --refine-steps

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from .capacity import EncoderTraining, sweep
-from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts
+from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts, whole_numbers
 from .errors import AmortizedPyroError
 from .fitting import finished_run, measure_run
 from .gap import GapSettings
@@ -60,25 +60,13 @@ def gap_report_command(folder):
     click.echo("wrote gap_summary.md and gap_figure.png into %s" % folder)
 
 
-def whole_numbers(ctx, param, value):
-    """--widths, --depths, --seeds of ``capacity``: comma-separated whole numbers >= 1 (seeds >= 0)."""
-    low = 0 if param.name == "seeds" else 1
-    try:
-        values = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-    if not values or any(v < low for v in values):
-        raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
-    return values
-
-
 @click.command("capacity")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
-@click.option("--widths", default="64,256,1024", show_default=True, callback=whole_numbers,
+@click.option("--widths", default="64,256,1024", show_default=True, callback=whole_numbers(1, required=True),
               help="Comma-separated encoder widths.")
-@click.option("--depths", default="1,2,3", show_default=True, callback=whole_numbers,
+@click.option("--depths", default="1,2,3", show_default=True, callback=whole_numbers(1, required=True),
               help="Comma-separated numbers of hidden layers.")
-@click.option("--seeds", default="0,1,2", show_default=True, callback=whole_numbers,
+@click.option("--seeds", default="0,1,2", show_default=True, callback=whole_numbers(0, required=True),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The gaps on the first N training and N test images.")
