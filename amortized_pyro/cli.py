@@ -17,10 +17,11 @@ from click.core import ParameterSource
 from .comparison import WIDTHS, compare
 from .config import FitConfig, check_values
 from .cli_common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log
-from .errors import AmortizedPyroError, Interrupted
-from .fitting import fit, prepare_data, resume
+from .errors import AmortizedPyroError, FixedSettings, Interrupted
+from .fitting import RESUMABLE_CHANGES, fit, prepare_data, resume
 from .gap_cli import GAP_COMMANDS
 from .guides import ENCODER_GUIDES, GUIDES
+from .packs import fit_replicas, is_pack, resume_pack
 from .options import FiniteFloat, config_file_option, settings_options
 from .reports import summary_text
 from .results import PLATEAU_FRACTION, Results, slug
@@ -54,25 +55,38 @@ def cli(debug):
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue the run in this directory from its last checkpoint, with its own config; options "
                    "given on the command line (e.g. a lower --lr) change it.")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Train seeds --seed … --seed+R−1 as one batched model (a replica dimension on every parameter "
+                   "and draw), each exactly the run of its seed, on the images of --seed, into OUT/seedS.")
 @overwrite_option
 @friendly_errors
-def fit_command(out, resume_dir, overwrite, **options):
+def fit_command(out, resume_dir, replicas, overwrite, **options):
     """Train one guide with SVI and write config, per-epoch metrics, checkpoints, parameters and a summary
     to --out."""
     settings, extra = split_config(options)
     if resume_dir:
-        if out or overwrite:
-            raise click.UsageError("--resume continues the run in its own directory: drop --out and --overwrite")
+        if out or overwrite or replicas > 1:
+            raise click.UsageError("--resume continues the run(s) in its own directory: drop --out, --overwrite "
+                                   "and --replicas")
         ctx = click.get_current_context()
         changes = {k: v for k, v in settings.items()
                    if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE, ParameterSource.DEFAULT_MAP)}
-        result = resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)
+        if is_pack(resume_dir):
+            fixed = sorted(set(changes) - set(RESUMABLE_CHANGES))
+            if fixed:
+                raise FixedSettings(fixed, RESUMABLE_CHANGES)
+            results = resume_pack(resume_dir, None, progress=extra["progress"], log=stderr_log, **changes)
+        else:
+            results = [resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)]
     else:
         config = FitConfig(**settings).check()
         data = prepare_data(config, None, stderr_log)
         out = Path(out) if out else default_out(config, data)
-        result = fit(config, data=data, out=out, progress=extra["progress"], log=stderr_log, overwrite=overwrite)
-    click.echo(result.summary())
+        if replicas > 1:
+            results = fit_replicas(config, replicas, data, out, extra["progress"], stderr_log, overwrite)
+        else:
+            results = [fit(config, data=data, out=out, progress=extra["progress"], log=stderr_log, overwrite=overwrite)]
+    click.echo("\n\n".join(result.summary() for result in results))
 
 
 def comma_list(ctx, param, value):
@@ -146,9 +160,13 @@ def plateau_fraction_option(command):
               help="After training, measure the gaps of every run (each seed) on this many training and test images "
                    "(M 4, K 1000, AIS 200 steps, q* up to 3,000 steps, refinement 0/5/20/100 steps; as the gap "
                    "command); the tables give the mean over seeds ± its standard error; 0 = not.")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Train each configuration's seeds this many at a time as one batched model (local executor): "
+                   "each replica is exactly the run of its seed, so the runs and the tables are the same.")
 @friendly_errors
 def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_fraction, out, overwrite, allow_sample,
-                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, **options):
+                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, replicas,
+                    **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     settings, extra = split_config(options)
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
@@ -157,7 +175,8 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
     try:
         results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
-                          executor=executor, ray_options=ray_options, gap_images=gap_images, **settings)
+                          executor=executor, ray_options=ray_options, gap_images=gap_images, replicas=replicas,
+                          **settings)
     except Interrupted as e:
         stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again to "
                                      "resume (the interrupted run continues from its checkpoint)"

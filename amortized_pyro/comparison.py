@@ -20,7 +20,7 @@ from .evaluation import reconstruct
 from .executors import Job, run_local, run_ray
 from .fitting import measure_run
 from .gap import GapSettings
-from .guides import ENCODER_GUIDES, GUIDES, label
+from .guides import ENCODER_GUIDES, GUIDES, config_label
 from .reports import REFINE_COLUMNS
 from .results import Results, slug
 from .runs import RunWriter, load_history, read_info, run_status
@@ -94,7 +94,7 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
 
 def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
             study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
-            executor="local", ray_options=None, gap_images=0, gap_settings=None, **config):
+            executor="local", ray_options=None, gap_images=0, gap_settings=None, replicas=1, **config):
     """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
 
     ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
@@ -106,6 +106,8 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     ``gap_images`` > 0 measures, once training is done, the gaps of every finished run (each seed) on its
     first ``gap_images`` training and test images (:func:`gap_reports`),
     with ``gap_settings`` (a :class:`~amortized_pyro.gap.GapSettings`; default and the command line's: COMPARE_GAP).
+    ``replicas`` > 1 trains each configuration's seeds that many at a time as one batched model (local
+    executor; :func:`~amortized_pyro.executors.run_local`): the same runs, the same results.
     """
     base = FitConfig(**config).check()
     grid = configurations(list(guides), list(widths))
@@ -114,6 +116,8 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     if executor not in EXECUTORS:
         raise AmortizedPyroError("unknown executor %r: choose local or ray" % executor)
     out = Path(out) if out else None
+    if executor == "ray" and replicas > 1:
+        raise AmortizedPyroError("replicas pack seeds into one process: use the local executor")
     if (executor == "ray" or gap_images) and out is None:
         raise AmortizedPyroError("the Ray executor and the gap measurements need run directories: give --out")
     if out:
@@ -127,16 +131,16 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
                          binarize=base.binarize, allow_sample=allow_sample)
         for guide, width in grid:
             for seed in seeds:
-                name = label(guide, width)
-                run_dir = out / "runs" / slug(data.name) / ("%s-seed%d" % (slug(name), seed)) if out else None
                 config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
+                name = config_label(config)
+                run_dir = out / "runs" / slug(data.name) / ("%s-seed%d" % (slug(name), seed)) if out else None
                 jobs.append(Job(data.name, name, seed, config, run_dir, data))
     for job in jobs:
         plan(job, overwrite)
     if executor == "ray":
         outcomes = run_ray(jobs, progress, log, **(ray_options or {}))
     else:
-        outcomes = run_local(jobs, progress, log)
+        outcomes = run_local(jobs, progress, log, replicas)
     finished = {}
     for job, outcome in outcomes:
         if isinstance(outcome, str):
@@ -174,7 +178,7 @@ def reconstructions(result, data):
     """(split, who, images) of the first training and test images: the originals and ``result``'s plug-in
     reconstructions (None where its guide has no factor for them)."""
     train, test = data.train[:N_IMAGES], data.test[:N_IMAGES]
-    name = label(result.config.guide, result.config.width)
+    name = config_label(result.config)
     train_idx = torch.arange(len(train), device=train.device)
     return [("train", "original", train), ("test", "original", test),
             ("train", name, reconstruct(result.model, result.guide, train, train_idx)),

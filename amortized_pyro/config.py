@@ -17,7 +17,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 from .errors import AmortizedPyroError
-from .guides import GUIDES, QZ_INITS
+from .guides import GUIDES, QZ_INITS, REFINE_GRADS
 from .model import LIKELIHOODS, LOCAL_TERMS
 from .posterior import OBJECTIVES, THETA_INIT_SCALE
 from .settings import Checked, field_error, option
@@ -72,6 +72,9 @@ class FitConfig(Checked):
     refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
                                "minibatch (0: A-VI exactly).", low=0)
     refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
+    refine_grad: str = option("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
+                              "straight-through (the refined factor's gradient applied to the encoder's output) or "
+                              "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
     seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
                        grid=True)
     dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "

@@ -17,8 +17,10 @@ from tqdm.auto import tqdm
 from .config import FitConfig
 from .errors import AmortizedPyroError, Interrupted
 from .process import StopSignals
-from .runs import run_status
+from .runs import read_checkpoint, run_status
 from .fitting import fit, load_run, resume
+from .packs import fit_pack
+from .replicas import check_pack
 
 RAY_INSTALL = "the Ray executor needs Ray: pip install -e \".[ray]\" (or pip install \"ray>=2.9\")"
 
@@ -50,15 +52,52 @@ def execute(config, data, run_dir, progress=False, log=print):
     return fit(config, data=data, out=run_dir, progress=progress, log=log, overwrite=status == "started")
 
 
-def run_local(jobs, progress, log):
-    """The jobs one after another, in this process."""
+def run_local(jobs, progress, log, replicas=1):
+    """The jobs one after another, in this process. With ``replicas`` > 1, each configuration's seeds go R at
+    a time as one batched model (:func:`amortized_pyro.packs.fit_pack`) where the pack can train together
+    (all new, or all checkpointed at one epoch, a supported configuration); otherwise, and after a pack
+    stopped on one replica's error, one by one (each replica is its single run, so nothing changes but time)."""
+    for group in packs(jobs, replicas):
+        if len(group) > 1 and can_pack(group):
+            try:
+                yield from zip(group, fit_pack([j.config for j in group], group[0].data, [j.run_dir for j in group],
+                                               progress, log))
+                continue
+            except Interrupted:
+                raise
+            except AmortizedPyroError as e:
+                log("the pack of %s stopped (%s): its runs go on one by one" % (group[0].label, e))
+        for job in group:
+            try:
+                yield job, execute(job.config, job.data, job.run_dir, progress, log)
+            except Interrupted:
+                raise
+            except AmortizedPyroError as e:
+                yield job, str(e)
+
+
+def packs(jobs, size):
+    """Consecutive jobs of one configuration (dataset and label), ``size`` at a time."""
+    group = []
     for job in jobs:
-        try:
-            yield job, execute(job.config, job.data, job.run_dir, progress, log)
-        except Interrupted:
-            raise
-        except AmortizedPyroError as e:
-            yield job, str(e)
+        if group and (len(group) == size or (job.dataset, job.label) != (group[0].dataset, group[0].label)):
+            yield group
+            group = []
+        group.append(job)
+    if group:
+        yield group
+
+
+def can_pack(group):
+    """Whether these runs can train as one model: a supported configuration, all new or all at one checkpoint."""
+    try:
+        check_pack([job.config for job in group])
+    except AmortizedPyroError:
+        return False
+    statuses = {run_status(job.run_dir) if job.run_dir else "empty" for job in group}
+    if statuses <= {"empty", "started"}:
+        return True
+    return statuses == {"partial"} and len({read_checkpoint(job.run_dir)["epoch"] for job in group}) == 1
 
 
 def train_grid_run(config, data, run_dir):

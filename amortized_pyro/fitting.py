@@ -20,7 +20,7 @@ from .data import load_data
 from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
 from .gap import measure
-from .guides import label, make_guide
+from .guides import config_label, make_guide
 from .model import BayesianDecoderModel
 from .process import resolve_device
 from .runs import RunWriter, read_checkpoint, read_info, read_run, restore, run_status
@@ -33,7 +33,8 @@ def build(config, n_obs, x_dim, device):
                                  config.likelihood, config.local_terms)
     guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
                        config.encoder_layers, config.qz_init, config.seed, config.refine_steps, config.refine_lr,
-                       model.local_log_joint, config.encoder_slope, config.objective, config.local_terms)
+                       model.local_log_joint, config.encoder_slope, config.objective, config.local_terms,
+                       config.refine_grad)
     return model.to(device), guide.to(device)
 
 
@@ -164,12 +165,10 @@ def resume(path, data=None, progress=True, log=print, **changes):
     return run(config, data, device, writer, checkpoint, progress, log)
 
 
-def run(config, data, device, writer, checkpoint, progress, log):
-    """Build, restore where a checkpoint is given, train, and write: the body of :func:`fit` and :func:`resume`."""
-    data = data.to(device)
+def start(config, data, device, writer, checkpoint):
+    """The model, guide and training state of a run on ``data`` (on ``device``), restored from ``checkpoint``
+    where given, else written as its first checkpoint where there is a ``writer``."""
     n_obs, x_dim = data.train.shape
-    if config.batch_size > n_obs:
-        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, n_obs))
     model, guide = build(config, n_obs, x_dim, device)
     state = TrainingState(guide, config, device)
     if checkpoint:
@@ -177,26 +176,48 @@ def run(config, data, device, writer, checkpoint, progress, log):
         writer.rewrite_metrics(state.history)
     elif writer:
         writer.checkpoint(guide, state, device)
+    return model, guide, state
 
+
+def writing(writer, guide, state, device, rng=None):
+    """The ``after_epoch`` of :func:`~amortized_pyro.training.train` that writes each record to ``writer``
+    and checkpoints when due, at the end and when stopping (``rng()``: the random states to save, by
+    default the global ones)."""
     def after_epoch(record, last, stopping):
         if writer:
             writer.add(record)
             if last or stopping or writer.due(record["epoch"]):
-                writer.checkpoint(guide, state, device)
+                writer.checkpoint(guide, state, device, rng() if rng else None)
+    return after_epoch
 
-    try:
-        train(model, guide, data, config, state, after_epoch, progress)
-    except Diverged as e:
-        if writer:
-            raise Diverged(e.epoch, e.loss, writer.out, read_checkpoint(writer.out)["epoch"]) from None
-        raise
-    except Interrupted as e:
-        raise Interrupted(e.signum, e.epoch, writer.out if writer else None) from None
+
+def finish(config, data, device, writer, model, guide, state):
+    """The :class:`FitResult` of a run trained to its end, written as finished where there is a ``writer``."""
     result = FitResult(config, state.history, model, guide, data.source, str(device), state.train_seconds,
                        mean_image_mse(data), writer.out if writer else None)
     if writer:
         writer.finish(guide, result.final, result.mean_image_mse, state.train_seconds, len(state.history))
     return result
+
+
+def stopped(error, writer):
+    """``error`` (Diverged or Interrupted) naming the run directory and what it keeps."""
+    if isinstance(error, Diverged):
+        return Diverged(error.epoch, error.loss, writer.out, read_checkpoint(writer.out)["epoch"]) if writer else error
+    return Interrupted(error.signum, error.epoch, writer.out if writer else None)
+
+
+def run(config, data, device, writer, checkpoint, progress, log):
+    """Build, restore where a checkpoint is given, train, and write: the body of :func:`fit` and :func:`resume`."""
+    data = data.to(device)
+    if config.batch_size > data.train.shape[0]:
+        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, data.train.shape[0]))
+    model, guide, state = start(config, data, device, writer, checkpoint)
+    try:
+        train(model, guide, data, config, state, writing(writer, guide, state, device), progress)
+    except (Diverged, Interrupted) as e:
+        raise stopped(e, writer) from None
+    return finish(config, data, device, writer, model, guide, state)
 
 
 def load_run(path, device="cpu", data=None):
@@ -236,5 +257,5 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     report = measure(result.model, result.guide, x, idx, settings, refine_steps)
     c = result.config
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
-                guide=c.guide, width=c.width, seed=c.seed, label=label(c.guide, c.width), split=split,
+                guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,
                 n_images=x.shape[0], **report)

@@ -15,6 +15,8 @@ factor q(z_n) (:mod:`amortized_pyro.local_elbo`):
                  (:mod:`amortized_pyro.ais`); both are stochastic lower bounds
 
     amortization gap   L_n(q*) − L_n(q_guide)                 what the encoder loses against the best factor
+                                                              (SA-VI's q_guide: its encoder's factor refined by
+                                                              its own steps and learning rate on L_n(q))
     coupling gap       mean_m L_n(q*_nm; θ_m) − L_n(q*)       the cost of a q(z_n) that ignores θ (q(θ)q(z))
     approximation gap  log p(x_n) − mean_m L_n(q*_nm; θ_m)    the cost of the Gaussian family at each θ
 
@@ -103,7 +105,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     generator = torch.Generator(x.device).manual_seed(settings.seed)
     log_joint, q_theta, rule = model.local_log_joint, guide.q_theta, settings.rule()
     thetas = theta_draws(q_theta, settings, generator)
-    factor = guide.factor(x, idx)
+    factor = guide.factor(x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
     start = factor if factor is not None else (torch.zeros(x.shape[0], model.z_dim, device=x.device),
                                                torch.ones(x.shape[0], model.z_dim, device=x.device))
     best = converge(log_joint, x, start[0], start[1].log(), thetas, settings.lr, rule, settings.step_samples,

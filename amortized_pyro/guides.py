@@ -30,6 +30,7 @@ from .modules import LocalModule
 from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
 
 QZ_INITS = ("prior", "random")
+REFINE_GRADS = ("straight-through", "unrolled")
 
 
 class Encoder(nn.Module):
@@ -64,22 +65,30 @@ class AmortizedFactor(LocalModule):
 
 class SemiAmortizedFactor(AmortizedFactor):
     """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
-    ``lr``, one draw of z each) on the local ELBO at the θ the guide has just drawn (E_q[θ] when
-    evaluating), by :func:`amortized_pyro.local_elbo.optimize`. The refined factor's values are used;
-    gradients reach the encoder straight through, μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), not
-    through the steps themselves (Kim et al. differentiate through them). A training step costs about
-    (1 + steps) decoder passes."""
+    ``lr``, one draw of z each) on the local ELBO at the θ the guide has just drawn (when evaluating: at the
+    θ it is given, E_q[θ] or the gap's draws), by :func:`amortized_pyro.local_elbo.refine`. The refined
+    factor's values are used. Gradients reach the encoder (``grad``) ``straight-through``: μ = μ_0 +
+    stop_grad(μ_k − μ_0) (likewise log σ), as if the steps were the identity, which vanishes with the
+    refined factor's gradient as refinement succeeds; or ``unrolled``: through every step, as Kim et al.
+    do (the steps stay on the autograd graph). θ is held fixed in both: q(θ) gets the gradient at the
+    refined factor only. A training step costs about (1 + steps) decoder passes straight-through, more
+    unrolled (BENCHMARKS.md)."""
 
-    def __init__(self, x_dim, z_dim, width, layers, steps, lr, log_joint, slope=LEAKY_SLOPE):
+    def __init__(self, x_dim, z_dim, width, layers, steps, lr, log_joint, slope=LEAKY_SLOPE, grad="straight-through"):
         super().__init__(x_dim, z_dim, width, layers, slope)
-        self.steps, self.lr, self.log_joint = steps, lr, log_joint
+        self.steps, self.lr, self.log_joint, self.grad = steps, lr, log_joint, grad
 
     def forward(self, x, idx, theta=None, generator=None):
         loc0, scale0 = self.encoder(x)
         if not self.steps or theta is None:
             return loc0, scale0
-        theta = {k: v.detach() for k, v in theta.items()}
-        loc, log_scale = refine(self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1, generator)
+        theta = [{k: v.detach() for k, v in one.items()} for one in theta] if isinstance(theta, list) else \
+            {k: v.detach() for k, v in theta.items()}
+        unrolled = self.grad == "unrolled"
+        loc, log_scale = refine(self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1, generator,
+                                unrolled)
+        if unrolled:
+            return loc, log_scale.exp()
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
 
 
@@ -148,15 +157,17 @@ class Guide(LocalModule):
         return self.q_theta.mean()
 
     @torch.no_grad()
-    def factor(self, x, idx=None):
+    def factor(self, x, idx=None, theta=None):
         """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where
         the family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at
-        E_q[θ] with draws from a generator of its own, so that an evaluation is the same every time."""
+        ``theta`` (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from
+        a generator of its own, so that an evaluation is the same every time."""
         if idx is None:
             if not self.q_z.can_infer_unseen:
                 return None
             idx = torch.arange(x.shape[0], device=x.device)
-        return self.q_z(x, idx, self.decoder_mean(), torch.Generator(x.device).manual_seed(0))
+        theta = self.decoder_mean() if theta is None else theta
+        return self.q_z(x, idx, theta, torch.Generator(x.device).manual_seed(0))
 
     def latent_mean(self, x, idx=None):
         """E_q[z_n] for images x, or None (see :meth:`factor`)."""
@@ -173,26 +184,40 @@ GUIDES = tuple(FAMILIES)  # the families, in display order
 ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
 
-def label(family, width=None):
-    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64``, ``F-VI``,
+def label(family, width=None, refine_steps=None, refine_grad="straight-through"):
+    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
+    refinement steps, where given; `` unrolled`` where the gradient goes through them), ``F-VI``,
     ``constant-VI``."""
     f = FAMILIES[family]
-    return "%s k=%d" % (f.label, width) if f.encoder else f.label
+    if not f.encoder:
+        return f.label
+    name = "%s k=%d" % (f.label, width)
+    if family == "semi-amortized" and refine_steps is not None:
+        name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
+    return name
+
+
+def config_label(config):
+    """:func:`label` of a run's configuration (a FitConfig)."""
+    return label(config.guide, config.width, config.refine_steps, config.refine_grad)
 
 
 def display_order(name):
-    """A label's place in tables: A-VI by width, SA-VI by width, then F-VI, then constant-VI."""
-    family, _, width = name.partition(" k=")
-    return ([f.label for f in FAMILIES.values()].index(family), int(width or 0))
+    """A label's place in tables: A-VI by width, SA-VI by width (then refinement steps, straight-through
+    first), then F-VI, then constant-VI."""
+    family, _, rest = name.partition(" k=")
+    width, _, refinement = rest.partition(" r=")
+    steps, _, unrolled = refinement.partition(" ")
+    return ([f.label for f in FAMILIES.values()].index(family), int(width or 0), int(steps or 0), unrolled)
 
 
 def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
                encoder_layers=2, qz_init="prior", seed=0, refine_steps=0, refine_lr=1e-2, log_joint=None,
-               encoder_slope=LEAKY_SLOPE, objective="elbo", local_terms="minibatch"):
+               encoder_slope=LEAKY_SLOPE, objective="elbo", local_terms="minibatch", refine_grad="straight-through"):
     """The guide of ``family`` ∈ GUIDES, on the CPU (move it with ``.to(device)``): ``width`` and
     ``encoder_layers`` are the encoder's (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start
     (F-VI, constant-VI), ``refine_steps``, ``refine_lr`` and the model's ``log_joint``
-    (:meth:`BayesianDecoderModel.local_log_joint`) SA-VI's refinement, ``encoder_slope`` the encoder's
+    (:meth:`BayesianDecoderModel.local_log_joint`) and ``refine_grad`` SA-VI's refinement, ``encoder_slope`` the encoder's
     LeakyReLU, ``objective`` how q is scored and ``local_terms`` which z the guide draws (see :class:`Guide`).
     A FitConfig checks these values before a run; here only what would otherwise fail obscurely is refused."""
     if family not in FAMILIES:
@@ -205,7 +230,7 @@ def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_s
         if log_joint is None:
             raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
         q_z = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint,
-                                  encoder_slope)
+                                  encoder_slope, refine_grad)
     else:
         q_z = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
     q_theta = DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale)

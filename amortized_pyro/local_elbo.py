@@ -53,20 +53,22 @@ class Optimum:
     capped: torch.Tensor
 
 
-def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator):
+def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False):
     """Adam on Σ_n L_n from (loc, log σ), ``draws`` z per image and step, at ``theta``: a θ (site → tensor),
     a list of θ (the objective is the mean of L_n over them), or a function returning each step's θ. Yields
-    (optimizer, each step's objective per image [n]) after each step; the leaves ``loc``, ``log_scale`` are
-    updated in place."""
-    optimizer = torch.optim.Adam([loc, log_scale], lr=lr)
+    (optimizer, each step's objective per image [n]) after each step; ``loc``, ``log_scale`` are updated in
+    place. ``differentiable``: they are non-leaf tensors and every step stays on the autograd graph (torch's
+    ``Adam(differentiable=True)``, gradients taken with ``create_graph``), so that what they end at can be
+    differentiated with respect to where they started."""
+    optimizer = torch.optim.Adam([loc, log_scale], lr=lr, differentiable=differentiable)
     with torch.enable_grad():
         while True:
             at = theta() if callable(theta) else theta
             scale = log_scale.exp()
             objective = torch.stack([log_weights(log_joint, x, loc, scale, one, draws, generator).mean(0)
                                      for one in (at if isinstance(at, list) else [at])]).mean(0)
-            optimizer.zero_grad()
-            (-objective.sum()).backward()
+            loc.grad, log_scale.grad = torch.autograd.grad(-objective.sum(), [loc, log_scale],
+                                                           create_graph=differentiable)
             optimizer.step()
             yield optimizer, objective.detach()
 
@@ -75,13 +77,16 @@ def _leaves(loc, log_scale):
     return loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
 
 
-def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None):
+def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False):
     """``steps`` Adam steps on Σ_n L_n from (loc, log σ) (the semi-amortized guide, the gap's refinement
-    rows); returns (loc, log σ), detached."""
-    loc, log_scale = _leaves(loc, log_scale)
-    for _, _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator)):
+    rows); returns (loc, log σ), detached, or, ``unrolled`` and where (loc, log σ) carry gradients, still on
+    the graph through every step (Kim et al. 2018's semi-amortized training)."""
+    unrolled = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
+    loc, log_scale = (loc.clone(), log_scale.clone()) if unrolled else _leaves(loc, log_scale)
+    for _, _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
+                                                       unrolled)):
         pass
-    return loc.detach(), log_scale.detach()
+    return (loc, log_scale) if unrolled else (loc.detach(), log_scale.detach())
 
 
 def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import AmortizedPyroError
 from .evaluation import MSE_KEYS, mean_image_mse
-from .guides import FAMILIES, display_order, label
+from .guides import FAMILIES, config_label, display_order
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
@@ -67,7 +67,7 @@ class Results:
         c = result.config
         steps_per_epoch = math.ceil(n_obs / min(c.batch_size, n_obs))
         common = {"study": study, "dataset": dataset, "guide": c.guide,
-                  "width": c.width if FAMILIES[c.guide].encoder else None, "label": label(c.guide, c.width),
+                  "width": c.width if FAMILIES[c.guide].encoder else None, "label": config_label(c),
                   "seed": c.seed, "n_obs": n_obs}
         for record in result.history:
             if "train_plugin_mse" in record:

@@ -84,10 +84,11 @@ def set_rng_states(states, device):
         torch.cuda.set_rng_state(states["cuda"], device)
 
 
-def checkpoint_state(guide, state, device):
-    """The checkpoint of a run at ``state`` (a TrainingState) with ``guide``'s parameters."""
+def checkpoint_state(guide, state, device, rng=None):
+    """The checkpoint of a run at ``state`` (a TrainingState) with ``guide``'s parameters and the random
+    states ``rng`` (by default the global ones)."""
     return {"format": FORMAT, "epoch": state.epoch, "guide": guide.state_dict(),
-            "optimizer": state.optimizer.state_dict(), "rng": rng_states(device),
+            "optimizer": state.optimizer.state_dict(), "rng": rng or rng_states(device),
             "evaluation_rng": state.evaluation_rng.get_state(), "history": state.history,
             "train_seconds": state.train_seconds}
 
@@ -168,8 +169,8 @@ class RunWriter:
         text = "".join(json.dumps(_json_safe(r)) + "\n" for r in history)
         atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
-    def checkpoint(self, guide, state, device):
-        checkpoint = checkpoint_state(guide, state, device)
+    def checkpoint(self, guide, state, device, rng=None):
+        checkpoint = checkpoint_state(guide, state, device, rng)
         atomic_write(self.out / "checkpoint.pt", lambda tmp: torch.save(checkpoint, tmp))
         self.last_save = time.perf_counter()
 

@@ -74,23 +74,25 @@ def make_elbo(particles=1, estimator="trace"):
     return kind(num_particles=particles, vectorize_particles=particles > 1, max_plate_nesting=1)
 
 
-def decays(name, value):
+def decays(name, value, leading_dims=0):
     """Whether AdamW's weight decay applies to the guide parameter ``name``: only q(z)'s matrices (the
     encoder's weight matrices, the per-datapoint table), as in the reference study's code, which decays
-    every tensor of two or more dimensions and keeps q(θ) as one flat vector; never q(θ), never a vector."""
-    return not name.startswith("q_theta.") and value.dim() >= 2
+    every tensor of two or more dimensions and keeps q(θ) as one flat vector; never q(θ), never a vector.
+    ``leading_dims``: dimensions stacked in front of the single run's tensor (replicas)."""
+    return not name.startswith("q_theta.") and value.dim() - leading_dims >= 2
 
 
-def make_optimizer(guide, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999)):
-    """Adam over the guide's parameters, or AdamW with decoupled weight decay on the tensors that
-    :func:`decays` picks where weight_decay > 0: one multi-tensor (foreach) torch optimizer, its
-    parameters in name order so that its ``state_dict`` is the same in every process."""
-    params = dict(sorted(guide.named_parameters()))
+def make_optimizer(guide, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), params=None, leading_dims=0):
+    """Adam over the guide's parameters (or ``params``, name → tensor, with ``leading_dims`` stacked
+    dimensions), or AdamW with decoupled weight decay on the tensors that :func:`decays` picks where
+    weight_decay > 0: one multi-tensor (foreach) torch optimizer, its parameters in name order so that its
+    ``state_dict`` is the same in every process."""
+    params = dict(sorted((params or dict(guide.named_parameters())).items()))
     options = {"lr": lr, "betas": tuple(betas), "foreach": True}
     if weight_decay <= 0:
         return torch.optim.Adam(list(params.values()), **options)
-    decayed = [v for k, v in params.items() if decays(k, v)]
-    plain = [v for k, v in params.items() if not decays(k, v)]
+    decayed = [v for k, v in params.items() if decays(k, v, leading_dims)]
+    plain = [v for k, v in params.items() if not decays(k, v, leading_dims)]
     groups = [g for g in ({"params": decayed, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0})
               if g["params"]]
     return torch.optim.AdamW(groups, **options)

@@ -56,10 +56,11 @@ def check_once(elbo, args, device):
         elbo(*args)
 
 
-def minibatches(schedule, n_obs, device):
-    """One epoch's minibatch indices: a fresh random order, or fixed consecutive blocks (``batch_order``)."""
+def minibatches(schedule, n_obs, device, generator=None):
+    """One epoch's minibatch indices: a fresh random order (from ``generator``, by default the global
+    stream), or fixed consecutive blocks (``batch_order``)."""
     order = torch.arange(n_obs, device=device) if schedule.batch_order == "blocks" else \
-        torch.randperm(n_obs, device=device)
+        torch.randperm(n_obs, device=device, generator=generator)
     return order.split(min(schedule.batch_size, n_obs))
 
 
@@ -72,6 +73,27 @@ def true_elbo(elbo, guide, data, schedule, x_all):
     blocks = torch.arange(data.train.shape[0], device=device).split(min(schedule.batch_size, data.train.shape[0]))
     with outside_the_stream(device), guide.scored_as("elbo"):
         return -(sum(elbo(data.train[idx], idx, None, x_all) for idx in blocks) / len(blocks)).item()
+
+
+def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all):
+    """The record of ``epoch`` whose mean loss was ``loss`` (the ELBO's, or the objective's: see the module
+    docstring), with the evaluation where ``eval_every`` asks for one (its draws from ``state``'s generator,
+    the true ELBO's outside the training stream)."""
+    n_obs = data.train.shape[0]
+    is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
+    record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
+              "elbo_per_obs": -loss / n_obs if is_elbo else math.nan, "time": state.train_seconds}
+    if not is_elbo or kl_scale is not None:
+        record["objective"] = -loss
+    if kl_scale is not None:
+        record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
+    if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
+        if schedule.objective != "elbo":
+            record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
+            record["elbo_per_obs"] = record["elbo"] / n_obs
+        record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
+        record["theta_scale_mean"] = guide.q_theta.mean_scale().item()
+    return record
 
 
 def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
@@ -97,19 +119,8 @@ def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
             state.train_seconds += time.perf_counter() - began
             if not math.isfinite(loss):
                 raise Diverged(epoch, loss)
-            is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
-            record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
-                      "elbo_per_obs": -loss / n_obs if is_elbo else math.nan, "time": state.train_seconds}
-            if not is_elbo or kl_scale is not None:
-                record["objective"] = -loss
-            if kl_scale is not None:
-                record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
-            if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
-                if schedule.objective != "elbo":
-                    record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
-                    record["elbo_per_obs"] = record["elbo"] / n_obs
-                record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
-                record["theta_scale_mean"] = guide.q_theta.mean_scale().item()
+            record = epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all)
+            if "train_plugin_mse" in record:
                 bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_plugin_mse"])
             state.history.append(record)
             state.epoch = epoch

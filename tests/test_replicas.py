@@ -1,0 +1,97 @@
+"""Seeds as one batched model (replicas.py, packs.py): each replica trains exactly as the single run of its
+seed (same draws, the same parameters to 1e-6 after 18 steps: only float rounding of batched products
+differs), its run directory is a single run's (a pack's checkpoint resumes as a single run, single runs'
+checkpoints resume as a pack), and compare's table is the same packed or not."""
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from amortized_pyro import FitConfig, fit
+from amortized_pyro.cli import cli
+from amortized_pyro.comparison import compare
+from amortized_pyro.fitting import resume
+from amortized_pyro.packs import fit_pack, fit_replicas, resume_pack
+
+SMALL = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=6, batch_size=40, hidden=32, z_dim=8,
+                  width=16, lr=1e-2, device="cpu", seed=0, eval_every=3)
+CLOSE = dict(atol=1e-6, rtol=1e-6)
+quiet = dict(progress=False, log=lambda *args: None)
+
+
+def assert_same_run(a, b):
+    """Two FitResults: the same parameters and the same records (ELBO and MSEs), to float rounding."""
+    pa, pb = a.guide.state_dict(), b.guide.state_dict()
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        torch.testing.assert_close(pa[name], pb[name], **CLOSE)
+    assert len(a.history) == len(b.history)
+    for ra, rb in zip(a.history, b.history):
+        assert ra.keys() == rb.keys()
+        for key in ra.keys() - {"time"}:
+            if not (isinstance(ra[key], float) and math.isnan(ra[key])):
+                assert ra[key] == pytest.approx(rb[key], rel=1e-5, abs=1e-6), key
+
+
+SETTINGS = {"A-VI, shuffled minibatches": dict(guide="amortized"),
+            "F-VI, random start, AdamW": dict(guide="per-datapoint", qz_init="random", weight_decay=0.01),
+            "constant-VI, the studies' objective, all z terms, blocks, warm-up":
+                dict(guide="shared", objective="reference", local_terms="all", batch_order="blocks", kl_warmup=3)}
+
+
+@pytest.mark.parametrize("settings", SETTINGS.values(), ids=list(SETTINGS))
+def test_each_replica_is_the_single_run_of_its_seed(settings, tiny_data):
+    configs = [replace(SMALL, seed=seed, **settings) for seed in (3, 5)]
+    packed = fit_pack(configs, tiny_data, **quiet)
+    singles = [fit(config, data=tiny_data, **quiet) for config in configs]
+    for one, alone in zip(packed, singles):
+        assert_same_run(one, alone)
+    # what makes it discriminating: the two seeds' runs are far apart
+    apart = packed[0].guide.state_dict()["q_theta.loc_unconstrained"] - singles[1].guide.state_dict()["q_theta.loc_unconstrained"]
+    assert apart.abs().max() > 1e-3
+
+
+def test_a_pack_resumes_as_single_runs_and_single_runs_as_a_pack(tiny_data, tmp_path):
+    short = replace(SMALL, epochs=3, checkpoint_every="1")
+    reference = [fit(replace(SMALL, seed=seed), data=tiny_data, **quiet) for seed in (0, 1)]
+    # a pack's run, extended alone from its checkpoint
+    fit_replicas(short, 2, tiny_data, tmp_path / "pack", **quiet)
+    assert_same_run(resume(tmp_path / "pack" / "seed1", data=tiny_data, epochs=6, **quiet), reference[1])
+    # single runs, extended together as a pack
+    for seed in (0, 1):
+        fit(replace(short, seed=seed), data=tiny_data, out=tmp_path / "singles" / ("seed%d" % seed), **quiet)
+    for extended, alone in zip(resume_pack(tmp_path / "singles", tiny_data, epochs=6, **quiet), reference):
+        assert_same_run(extended, alone)
+
+
+def test_compare_gives_the_same_table_packed(tmp_path):
+    grid = dict(guides=("amortized", "shared"), widths=(4,), seeds=(0, 1), datasets=("mnist-sample",), n_obs=60,
+                n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4, eval_every=2, device="cpu", **quiet)
+    alone = compare(out=tmp_path / "alone", **grid)
+    packed = compare(out=tmp_path / "packed", replicas=2, **grid)
+    assert len(packed.rows) == len(alone.rows) == 2 * 2 * 2
+    for a, b in zip(alone.rows, packed.rows):
+        assert {k: v for k, v in a.items() if not isinstance(v, float)} == \
+            {k: v for k, v in b.items() if not isinstance(v, float)}
+        for key, value in a.items():
+            if isinstance(value, float) and key != "time" and not math.isnan(value):
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert sorted(p.name for p in (tmp_path / "packed" / "runs" / "mnist-sample").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "alone" / "runs" / "mnist-sample").iterdir())
+
+
+def test_cli_replicas_and_what_they_refuse(tmp_path):
+    common = ["fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20", "--epochs", "2", "--batch-size",
+              "30", "--hidden", "8", "--z-dim", "3", "--width", "4", "--no-progress"]
+    result = CliRunner().invoke(cli, common + ["--replicas", "2", "--seed", "4", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["seed4", "seed5"]
+    result = CliRunner().invoke(cli, ["fit", "--resume", str(tmp_path / "p"), "--epochs", "3", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert all((tmp_path / "p" / s / "summary.json").exists() for s in ("seed4", "seed5"))
+    refused = CliRunner().invoke(cli, common + ["--replicas", "2", "--guide", "semi-amortized",
+                                                "--out", str(tmp_path / "q")])
+    assert refused.exit_code == 1 and "replicas support" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
