@@ -70,16 +70,20 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
     return factor, epoch, not converged, previous
 
 
-def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print):
+def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None):
     """For every width × depth × seed, a fresh encoder trained on ``result``'s frozen q(θ)
     (:func:`train_encoder`) and its gaps on the first ``n_images`` training and test images: a list of rows
-    (one per encoder and split) holding the encoder, its training, and the gap report."""
+    (one per encoder and split) holding the encoder, its training, and the gap report. Encoders with rows
+    in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from)."""
     model, q_theta = result.model, result.guide.q_theta
     slope = result.config.encoder_slope
-    rows = []
+    rows = list(done)
+    finished = {(r["width"], r["depth"], r["seed"]) for r in rows}
     for width in widths:
         for depth in depths:
             for seed in seeds:
+                if (width, depth, seed) in finished:
+                    continue
                 factor, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope,
                                                              training, seed)
                 guide = Guide("amortized", data.train.shape[0], q_theta, factor)
@@ -93,4 +97,6 @@ def sweep(result, data, widths, depths, seeds, n_images, training, settings, log
                     rows.append(dict(width=width, depth=depth, seed=seed, split=split, n_images=x.shape[0],
                                      label=label("amortized", width), epochs=epochs, encoder_capped=capped,
                                      encoder_elbo=elbo, training=asdict(training), **report))
+                if save:
+                    save(rows)
     return rows

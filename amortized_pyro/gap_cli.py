@@ -1,6 +1,7 @@
 """The gap commands of the command line: ``gap`` (one run), ``gap-report`` (reports gathered into a table and a
 figure) and ``capacity`` (fresh encoders on a frozen q(θ)); :mod:`amortized_pyro.cli` adds them to its group."""
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ from .gap import GapSettings
 from .options import settings_options
 from .reports import format_capacity, format_gap, format_reports
 from .results import load_gap_reports
-from .runs import atomic_write
+from .runs import atomic_write, read_info
 
 
 @click.command("gap")
@@ -74,7 +75,8 @@ def gap_report_command(folder):
 @settings_options(GapSettings, progress=False)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity).")
+              help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
+                   "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")
 @overwrite_option
 @friendly_errors
 def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, **settings):
@@ -84,13 +86,24 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
     gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
     out = Path(out_dir) if out_dir else Path(run_dir) / "capacity"
-    if (out / "capacity.jsonl").exists() and not overwrite:
-        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another folder" % (out / "capacity.jsonl"))
     result, data = finished_run(run_dir, device, stderr_log)
-    rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log)
+    run_id, path = read_info(run_dir).get("run_id"), out / "capacity.jsonl"
+    done = []
+    if path.exists() and not overwrite:
+        done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if any((r.get("run_id"), r.get("requested_images"), r["training"], r["settings"]) !=
+               (run_id, n_images, asdict(training), asdict(gap_settings)) for r in done):
+            raise AmortizedPyroError("%s holds a sweep of another run or other settings: --overwrite to replace "
+                                     "it, or --out another folder" % path)
+        stderr_log("continuing the sweep in %s (%d encoders done)" % (path, len(done) // 2))
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "capacity.jsonl", lambda tmp: Path(tmp).write_text("".join(json.dumps(dict(r, run=str(run_dir)))
-                                                                                  + "\n" for r in rows)))
+
+    def save(rows):
+        text = "".join(json.dumps(dict(r, run=str(run_dir), run_id=run_id, requested_images=n_images)) + "\n" for r in rows)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+    rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log,
+                 done, save)
     table = format_capacity(rows)
     (out / "capacity.md").write_text(table + "\n")
     from .gap_plots import capacity_figure

@@ -45,8 +45,12 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
     args = ["capacity", str(finished_run), "--widths", "4,16", "--depths", "1,2", "--seeds", "0,1", "--n-images", "5",
             "--max-epochs", "3", "--encoder-window", "2", "--encoder-batch-size", "20", "--theta-draws", "1", "--importance-samples", "20",
             "--samples", "5", "--max-steps", "50", "--window", "10", "--ais-steps", "0"]
+    first = CliRunner().invoke(cli, args[:7] + ["0"] + args[8:])  # seed 0 only, then the whole sweep continues it
+    assert first.exit_code == 0, first.output
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
+    assert "continuing the sweep" in result.output and "(4 encoders done)" in result.output
+    assert result.output.count("encoder k=") == 4  # only seed 1's encoders trained
     rows = [json.loads(line) for line in (finished_run / "capacity" / "capacity.jsonl").read_text().splitlines()]
     assert sorted((r["width"], r["depth"], r["seed"], r["split"]) for r in rows) == sorted(
         (w, d, s, split) for w in (4, 16) for d in (1, 2) for s in (0, 1) for split in ("train", "test"))
@@ -54,7 +58,7 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
     table = (finished_run / "capacity" / "capacity.md").read_text()
     assert table.count("\n| 4 | 1 | train | 2 | 5 |") == 1 and "| 16 | 2 | test | 2 | 5 |" in table
     assert (finished_run / "capacity" / "capacity.png").exists()
-    again = CliRunner().invoke(cli, args)  # never overwritten silently
-    assert again.exit_code == 1 and "--overwrite" in again.output
+    other = CliRunner().invoke(cli, args[:11] + ["4"] + args[12:])  # other settings: never mixed, never overwritten
+    assert other.exit_code == 1 and "--overwrite" in other.output and len(other.output.strip().splitlines()) == 1
     bad = CliRunner().invoke(cli, ["capacity", str(finished_run), "--widths", "0"])
     assert bad.exit_code == 2 and "--widths" in bad.output
