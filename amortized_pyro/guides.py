@@ -16,6 +16,7 @@ Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`
 ``q_z.encoder.*``).
 """
 import contextlib
+import re
 from collections import namedtuple
 
 import torch
@@ -204,11 +205,11 @@ def config_label(config):
 
 def display_order(name):
     """A label's place in tables: A-VI by width, SA-VI by width (then refinement steps, straight-through
-    first), then F-VI, then constant-VI."""
-    family, _, rest = name.partition(" k=")
-    width, _, refinement = rest.partition(" r=")
-    steps, _, unrolled = refinement.partition(" ")
-    return ([f.label for f in FAMILIES.values()].index(family), int(width or 0), int(steps or 0), unrolled)
+    first), then F-VI, then constant-VI; anything a table appends to a label (``, N 2500``) last."""
+    labels = [f.label for f in FAMILIES.values()]
+    family, width, steps, rest = re.fullmatch(r"(%s)(?: k=(\d+))?(?: r=(\d+))?(.*)" % "|".join(map(re.escape, labels)),
+                                              name).groups()
+    return (labels.index(family), int(width or 0), int(steps or 0), rest)
 
 
 def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,

@@ -270,6 +270,8 @@ def train_pack(pack, data, schedule, writers, progress=True):
             elapsed = time.perf_counter() - began
             pack.guide.copy_to(pack.guides)
             last, stopping = epoch == schedule.epochs, stop.signum is not None
+            # the pack checkpoints together (by its first writer's clock), so that it stands at one epoch
+            due = last or stopping or (writers[0] is not None and writers[0].due(epoch))
             for r, (loss, state, stream, writer) in enumerate(zip(losses, pack.states, pack.streams, writers)):
                 state.train_seconds += elapsed
                 if not math.isfinite(loss):
@@ -283,7 +285,7 @@ def train_pack(pack, data, schedule, writers, progress=True):
                 state.epoch = epoch
                 if writer:
                     writer.add(record)
-                    if last or stopping or writer.due(epoch):
+                    if due:
                         pack.unstack_optimizer(r)
                         writer.checkpoint(pack.guides[r], state, device, stream.current())
             if stop.signum:

@@ -78,6 +78,21 @@ def test_a_killed_run_resumes_to_exactly_the_uninterrupted_end(uninterrupted, tm
     assert len(resumes) == 1 and 0 < resumes[0]["from_epoch"] < EPOCHS
 
 
+def test_a_killed_pack_of_replicas_resumes_to_exactly_the_uninterrupted_end(tmp_path):
+    """Seeds packed as replicas checkpoint together; killed, the pack resumes as one to the very end of the
+    uninterrupted pack, seed by seed."""
+    whole, out = tmp_path / "whole", tmp_path / "pack"
+    finish(*RUN, "--epochs", str(EPOCHS), "--replicas", "2", "--out", str(whole))
+    process = start(out, "--replicas", "2")
+    wait_for_epochs(process, out / "seed1", 12)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert not (out / "seed0" / "summary.json").exists()
+    finish("--resume", str(out))
+    for seed in ("seed0", "seed1"):
+        assert metrics(out / seed) == metrics(whole / seed)
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_checkpoints_says_how_to_resume_and_exits_128_plus_signal(uninterrupted, tmp_path, signum, code):
     out = tmp_path / "run"
