@@ -15,6 +15,8 @@ from amortized_pyro.comparison import compare
 from amortized_pyro.fitting import resume
 from amortized_pyro.packs import fit_pack, fit_replicas, resume_pack
 
+from conftest import requires_cuda
+
 SMALL = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=6, batch_size=40, hidden=32, z_dim=8,
                   width=16, lr=1e-2, device="cpu", seed=0, eval_every=3)
 CLOSE = dict(atol=1e-6, rtol=1e-6)
@@ -51,6 +53,15 @@ def test_each_replica_is_the_single_run_of_its_seed(settings, tiny_data):
     # what makes it discriminating: the two seeds' runs are far apart
     apart = packed[0].guide.state_dict()["q_theta.loc_unconstrained"] - singles[1].guide.state_dict()["q_theta.loc_unconstrained"]
     assert apart.abs().max() > 1e-3
+
+
+@requires_cuda
+def test_on_cuda_each_replica_is_the_single_run_of_its_seed(tiny_data):
+    """The same on the GPU, where the replicas draw from CUDA generators as the single runs draw from the
+    device's global stream."""
+    configs = [replace(SMALL, seed=seed, device="cuda") for seed in (3, 5)]
+    for one, alone in zip(fit_pack(configs, tiny_data, **quiet), [fit(c, data=tiny_data, **quiet) for c in configs]):
+        assert_same_run(one, alone)
 
 
 def test_a_pack_resumes_as_single_runs_and_single_runs_as_a_pack(tiny_data, tmp_path):
