@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SA-VI in the gap table (issue 17, item 5): the INFORMATIVE preset (shipped MNIST sample, 500 epochs), encoders
 # of width 64: A-VI and SA-VI with 5 refinement steps, straight-through (seeds 0, 1, 2); the same unrolled
-# (gradients through the steps, Kim et al.; seed 0); SA-VI with 20 steps (seed 0: about half
+# (gradients through the steps, Kim et al.); SA-VI with 20 steps (seed 0 first, then seeds 1, 2: about half
 # an hour on one core). Every run's gaps on its first 20 training and 20 test images (compare --gap-images),
 # SA-VI's with its own refined factor. One torch thread, one comparison after another, in runs/sa-vi-*.
 # Resumable: run the same command again. Report: python experiments/gap_tables.py runs/sa-vi-* --out figures/sa-vi
@@ -16,4 +16,9 @@ python -m amortized_pyro compare "${common[@]}" --guides amortized,semi-amortize
 python -m amortized_pyro compare "${common[@]}" --guides semi-amortized --refine-steps 5 --refine-grad unrolled \
   --seeds 0 --out runs/sa-vi-5-unrolled >> runs/sa-vi-5-unrolled.log 2>&1
 python -m amortized_pyro compare "${common[@]}" --guides semi-amortized --refine-steps 20 --seeds 0 \
+  --out runs/sa-vi-20 >> runs/sa-vi-20.log 2>&1
+# then the same with 3 seeds (the seeds already trained and measured are reused)
+python -m amortized_pyro compare "${common[@]}" --guides semi-amortized --refine-steps 5 --refine-grad unrolled \
+  --seeds 0,1,2 --out runs/sa-vi-5-unrolled >> runs/sa-vi-5-unrolled.log 2>&1
+python -m amortized_pyro compare "${common[@]}" --guides semi-amortized --refine-steps 20 --seeds 0,1,2 \
   --out runs/sa-vi-20 >> runs/sa-vi-20.log 2>&1
