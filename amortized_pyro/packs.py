@@ -12,7 +12,7 @@ import pyro
 
 from .config import FitConfig, parse_every
 from .errors import AmortizedPyroError, Diverged, Interrupted
-from .fitting import data_info, finish, load_run, prepare_data, run_data, start, stopped
+from .fitting import data_info, finish, load_run, prepare_data, resume, run_data, start, stopped
 from .process import resolve_device
 from .replicas import Pack, Stream, check_pack, train_pack
 from .runs import RunWriter, read_checkpoint, read_info, run_status
@@ -93,5 +93,8 @@ def resume_pack(path, data=None, progress=True, log=print, **changes):
     if all(run_status(d) == "finished" for d in run_dirs):
         log("%s: finished runs, nothing to resume (give more --epochs to extend them)" % path)
         return [load_run(d) for d in run_dirs]
+    if len({read_checkpoint(d)["epoch"] for d in run_dirs if run_status(d) == "partial"}) > 1:
+        log("%s: its runs stand at different checkpoints (a kill between them): resuming them one by one" % path)
+        return [resume(d, data, progress, log, **changes) for d in run_dirs]
     data = run_data(run_dirs[0], read_info(run_dirs[0]), configs[0], data, log)
     return fit_pack(configs, data, run_dirs, progress, log, changes=changes)

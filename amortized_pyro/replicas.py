@@ -268,10 +268,11 @@ def train_pack(pack, data, schedule, writers, progress=True):
             total = sum(pack.step(data.train[idx], idx, kl_scale, x_all) for idx in map(torch.stack, zip(*orders)))
             losses = (total / len(orders[0])).tolist()  # the epoch's one host sync
             elapsed = time.perf_counter() - began
-            pack.guide.copy_to(pack.guides)
             last, stopping = epoch == schedule.epochs, stop.signum is not None
             # the pack checkpoints together (by its first writer's clock), so that it stands at one epoch
             due = last or stopping or (writers[0] is not None and writers[0].due(epoch))
+            if due or epoch % schedule.eval_every == 0:  # the single guides are read only to evaluate and save
+                pack.guide.copy_to(pack.guides)
             for r, (loss, state, stream, writer) in enumerate(zip(losses, pack.states, pack.streams, writers)):
                 state.train_seconds += elapsed
                 if not math.isfinite(loss):
@@ -283,10 +284,14 @@ def train_pack(pack, data, schedule, writers, progress=True):
                                           kl_scale, elbos[r], x_all)
                 state.history.append(record)
                 state.epoch = epoch
+            # every replica's checkpoint before any of the epoch's records: a pack killed while writing them
+            # leaves its runs' checkpoints one epoch apart at most (resume_pack then goes on run by run)
+            for r, (state, stream, writer) in enumerate(zip(pack.states, pack.streams, writers)):
+                if writer and due:
+                    pack.unstack_optimizer(r)
+                    writer.checkpoint(pack.guides[r], state, device, stream.current())
+            for state, writer in zip(pack.states, writers):
                 if writer:
-                    writer.add(record)
-                    if due:
-                        pack.unstack_optimizer(r)
-                        writer.checkpoint(pack.guides[r], state, device, stream.current())
+                    writer.add(state.history[-1])
             if stop.signum:
                 raise Interrupted(stop.signum, epoch)
