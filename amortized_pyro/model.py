@@ -135,18 +135,23 @@ class BayesianDecoderModel(LocalModule):
         return torch.sigmoid(out) if self.likelihood == "bernoulli" else out
 
     def sample_decoder(self, zero):
-        """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`."""
+        """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
+        an outer plate at dim −2 (particles, replicas: batch shape [P, 1]) each tensor is [P, *shape]."""
         theta = {}
         for name, shape in self.shapes.items():
             prior = FixedScaleNormal(zero.expand(shape), self.prior_scale).to_event(len(shape))
             theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
+    def prior_z(self, zero):
+        """p(z_n) = N(0, I_{z_dim}), one event per image."""
+        return FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+
     def forward(self, x, idx, kl_scale=None, x_all=None):
         zero = x.new_zeros(())
         with kl_scaled(kl_scale):
             theta = self.sample_decoder(zero)
-        prior_z = FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+        prior_z = self.prior_z(zero)
         if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
             with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
                 z = pyro.sample("z", prior_z).index_select(-2, idx)

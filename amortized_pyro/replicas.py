@@ -33,7 +33,7 @@ from pyro.distributions.util import scale_and_mask
 from pyro.poutine.util import prune_subsample_sites
 
 from .errors import AmortizedPyroError, Diverged, Interrupted
-from .model import FixedScaleNormal, decode, kl_scaled
+from .model import decode, kl_scaled
 from .posterior import q_normal
 from .process import StopSignals
 from .runs import rng_states
@@ -185,14 +185,11 @@ class ReplicaModel(nn.Module):
         self.model, self.replicas = model, replicas
 
     def forward(self, x, idx, kl_scale=None, x_all=None):
-        m, replicas = self.model, self.replicas
-        zero = x.new_zeros(())
-        prior_z = FixedScaleNormal(zero.expand([m.z_dim]), 1.0).to_event(1)
-        with pyro.plate("replicas", replicas, dim=-2):
+        m = self.model
+        prior_z = m.prior_z(x.new_zeros(()))
+        with pyro.plate("replicas", self.replicas, dim=-2):
             with kl_scaled(kl_scale):
-                theta = {name: pyro.sample(name, FixedScaleNormal(zero.expand((replicas, 1) + tuple(shape)),
-                                                                  m.prior_scale).to_event(len(shape)))
-                         .reshape((replicas,) + tuple(shape)) for name, shape in m.shapes.items()}
+                theta = m.sample_decoder(x.new_zeros(()))
             if m.local_terms == "all":
                 with pyro.plate("latents", m.n_obs, dim=-1), kl_scaled(kl_scale):
                     z = pyro.sample("z", prior_z).gather(1, idx[..., None].expand(-1, -1, m.z_dim))
