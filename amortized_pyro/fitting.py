@@ -124,10 +124,7 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     config = replace(config or FitConfig(), **overrides).check()
     device = resolve_device(config.device)
     data = prepare_data(config, data, log)
-    writer = None
-    if out:
-        info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
-        writer = RunWriter(out, info, "overwrite" if overwrite else "new", parse_every(config.checkpoint_every))
+    writer = new_writer(config, data, device, out, "overwrite" if overwrite else "new") if out else None
     pyro.set_rng_seed(config.seed)  # the one place a run seeds the global streams (see the module docstring)
     return run(config, data, device, writer, None, progress, log)
 
@@ -158,11 +155,23 @@ def resume(path, data=None, progress=True, log=print, **changes):
     config = replace(FitConfig(**info["config"]), **changes).check()
     device = resolve_device(config.device)
     data = run_data(path, info, config, data, log)
+    writer, checkpoint = resume_writer(path, info, config, changes, log)
+    return run(config, data, device, writer, checkpoint, progress, log)
+
+
+def new_writer(config, data, device, out, mode):
+    """The :class:`~amortized_pyro.runs.RunWriter` of a new run into ``out`` (``mode``: new or overwrite)."""
+    info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
+    return RunWriter(out, info, mode, parse_every(config.checkpoint_every))
+
+
+def resume_writer(path, info, config, changes, log):
+    """(the writer, the last checkpoint) of the partial run in ``path``, resumed with ``changes`` (recorded)."""
     checkpoint = read_checkpoint(path)
     writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
     writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
     log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
-    return run(config, data, device, writer, checkpoint, progress, log)
+    return writer, checkpoint
 
 
 def start(config, data, device, writer, checkpoint):

@@ -5,17 +5,17 @@
 seeds share its ``--data-seed``) into DIR/seed{S+r}; ``fit --resume DIR`` resumes such a folder as a pack;
 ``compare --replicas R`` packs each configuration's seeds R at a time.
 """
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pyro
 
-from .config import FitConfig, parse_every
+from .config import FitConfig
 from .errors import AmortizedPyroError, Diverged, Interrupted
-from .fitting import data_info, finish, load_run, prepare_data, resume, run_data, start, stopped
+from .fitting import finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data, start, stopped
 from .process import resolve_device
 from .replicas import Pack, Stream, check_pack, train_pack
-from .runs import RunWriter, read_checkpoint, read_info, run_status
+from .runs import read_checkpoint, read_info, run_status
 
 
 def pack_dirs(out, configs):
@@ -30,14 +30,9 @@ def begin(config, data, device, run_dir, status, overwrite, changes, log):
     if status == "partial":
         info = read_info(run_dir)
         run_data(run_dir, info, config, data)
-        checkpoint = read_checkpoint(run_dir)
-        writer = RunWriter(run_dir, info, "resume", parse_every(config.checkpoint_every))
-        writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
-        log("resuming %s from epoch %d" % (run_dir, checkpoint["epoch"]))
+        writer, checkpoint = resume_writer(run_dir, info, config, changes, log)
     elif run_dir is not None:
-        info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
-        mode = "overwrite" if overwrite or status == "started" else "new"
-        writer = RunWriter(run_dir, info, mode, parse_every(config.checkpoint_every))
+        writer = new_writer(config, data, device, run_dir, "overwrite" if overwrite or status == "started" else "new")
     if checkpoint is None:
         pyro.set_rng_seed(config.seed)  # as fit seeds a single run; a checkpoint restores its own states
     model, guide, state = start(config, data, device, writer, checkpoint)
