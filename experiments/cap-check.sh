@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Does compare's cap on q* (3,000 Adam steps, COMPARE_GAP) bias the gaps? The gap of two study runs measured
+# again as compare measured it (same settings and seed) but with a cap of 20,000 steps and no AIS, then the
+# paired per-image differences against the committed reports (experiments/cap_check.py). One torch thread,
+# about 15 minutes a report on this CPU. Needs runs/sa-vi-5 (experiments/sa-vi.sh) and runs/gap-n-8000
+# (experiments/gap-vs-n.sh). Reports already there are kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+mkdir -p runs/cap-check
+check() {  # run name of the report
+  local run=$1 name=$2
+  [ -e "runs/cap-check/$name.json" ] || python -m amortized_pyro gap "$run" --split test --n-images 20 \
+    --theta-draws 4 --importance-samples 1000 --samples 100 --max-steps 20000 --ais-steps 0 \
+    --out "runs/cap-check/$name.json"
+  python experiments/cap_check.py "$run/gap-test.json" "runs/cap-check/$name.json"
+}
+check runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0 A-VI_k_64-seed0-test-20000
+check "runs/gap-n-8000/runs/.._shared_data_mnist/A-VI_k_64-seed0" n8000-A-VI_k_64-seed0-test-20000
