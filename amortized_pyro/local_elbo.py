@@ -53,14 +53,35 @@ class Optimum:
     capped: torch.Tensor
 
 
+class SmoothAdam:
+    """Adam (torch's defaults: β 0.9, 0.999, ε 1e-8) with the step m̂ / √(v̂ + ε²) in place of torch's
+    m̂ / (√v̂ + ε), for steps that stay on the autograd graph. Hand-written because torch's
+    ``Adam(differentiable=True)`` differentiates √v at v = 0, where an exactly zero gradient entry makes
+    0 · ∞ = NaN: one such entry among an SA-VI minibatch's 16,000 turned the encoder's gradient into NaN
+    (unrolled SA-VI, seeds 1 and 2 of experiments/sa-vi.sh; tests/test_refinement.py). The steps agree with
+    torch's to a relative 1e-8 wherever |g| is not below ε."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.betas, self.eps, self.steps = params, lr, betas, eps, 0
+        self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+
+    def step(self):
+        self.steps += 1
+        b1, b2 = self.betas
+        for i, (param, (m, v)) in enumerate(zip(self.params, self.moments)):
+            m, v = b1 * m + (1 - b1) * param.grad, b2 * v + (1 - b2) * param.grad.square()
+            self.moments[i] = m, v
+            param.sub_(self.lr * (m / (1 - b1 ** self.steps)) / (v / (1 - b2 ** self.steps) + self.eps ** 2).sqrt())
+
+
 def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False):
     """Adam on Σ_n L_n from (loc, log σ), ``draws`` z per image and step, at ``theta``: a θ (site → tensor),
     a list of θ (the objective is the mean of L_n over them), or a function returning each step's θ. Yields
     (optimizer, each step's objective per image [n]) after each step; ``loc``, ``log_scale`` are updated in
-    place. ``differentiable``: they are non-leaf tensors and every step stays on the autograd graph (torch's
-    ``Adam(differentiable=True)``, gradients taken with ``create_graph``), so that what they end at can be
+    place. ``differentiable``: they are non-leaf tensors and every step stays on the autograd graph
+    (:class:`SmoothAdam`, gradients taken with ``create_graph``), so that what they end at can be
     differentiated with respect to where they started."""
-    optimizer = torch.optim.Adam([loc, log_scale], lr=lr, differentiable=differentiable)
+    optimizer = SmoothAdam([loc, log_scale], lr) if differentiable else torch.optim.Adam([loc, log_scale], lr=lr)
     with torch.enable_grad():
         while True:
             at = theta() if callable(theta) else theta
