@@ -54,34 +54,41 @@ class Optimum:
 
 
 class SmoothAdam:
-    """Adam (torch's defaults: β 0.9, 0.999, ε 1e-8) with the step m̂ / √(v̂ + ε²) in place of torch's
-    m̂ / (√v̂ + ε), for steps that stay on the autograd graph. Hand-written because torch's
-    ``Adam(differentiable=True)`` differentiates √v at v = 0, where an exactly zero gradient entry makes
-    0 · ∞ = NaN: one such entry among an SA-VI minibatch's 16,000 turned the encoder's gradient into NaN
-    (unrolled SA-VI, seeds 1 and 2 of experiments/sa-vi.sh; tests/test_refinement.py). The steps agree with
-    torch's to a relative 1e-8 wherever |g| is not below ε."""
+    """Adam with the step m̂ / √(v̂ + ε²) in place of torch's m̂ / (√v̂ + ε), for steps that stay on the
+    autograd graph (unrolled refinement). Hand-written for two measured failures of torch's
+    ``Adam(differentiable=True)`` in unrolled SA-VI (experiments/sa-vi.sh, seeds 1 and 2 diverged): (1) it
+    differentiates √v at v = 0, so one exactly zero gradient entry (1 among a minibatch's 16,000) gives
+    0 · ∞ = NaN; (2) near zero the step g / √(g² + ε²) has slope 1/ε, so with ε = 1e-8 a small entry
+    multiplies the encoder's gradient by lr/ε = 1e6 per step, and within five steps it overflowed (max |grad|
+    3.6e9, then inf). :func:`refine` therefore takes ε = lr when unrolled (slope at most 1 per step), which
+    changes the step only for entries with |g| ≲ lr, and an unrolled guide refines so when evaluated too."""
 
-    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8):
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, differentiable=False):
         self.params, self.lr, self.betas, self.eps, self.steps = params, lr, betas, eps, 0
+        self.differentiable = differentiable  # the steps on the autograd graph (non-leaf params), as torch's flag
         self.moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
 
     def step(self):
         self.steps += 1
         b1, b2 = self.betas
-        for i, (param, (m, v)) in enumerate(zip(self.params, self.moments)):
-            m, v = b1 * m + (1 - b1) * param.grad, b2 * v + (1 - b2) * param.grad.square()
-            self.moments[i] = m, v
-            param.sub_(self.lr * (m / (1 - b1 ** self.steps)) / (v / (1 - b2 ** self.steps) + self.eps ** 2).sqrt())
+        with torch.set_grad_enabled(self.differentiable):
+            for i, (param, (m, v)) in enumerate(zip(self.params, self.moments)):
+                m, v = b1 * m + (1 - b1) * param.grad, b2 * v + (1 - b2) * param.grad.square()
+                self.moments[i] = m, v
+                param.sub_(self.lr * (m / (1 - b1 ** self.steps)) / (v / (1 - b2 ** self.steps) + self.eps ** 2).sqrt())
 
 
-def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False):
+def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
+                         smooth=False):
     """Adam on Σ_n L_n from (loc, log σ), ``draws`` z per image and step, at ``theta``: a θ (site → tensor),
     a list of θ (the objective is the mean of L_n over them), or a function returning each step's θ. Yields
     (optimizer, each step's objective per image [n]) after each step; ``loc``, ``log_scale`` are updated in
     place. ``differentiable``: they are non-leaf tensors and every step stays on the autograd graph
-    (:class:`SmoothAdam`, gradients taken with ``create_graph``), so that what they end at can be
-    differentiated with respect to where they started."""
-    optimizer = SmoothAdam([loc, log_scale], lr) if differentiable else torch.optim.Adam([loc, log_scale], lr=lr)
+    (gradients taken with ``create_graph``), so that what they end at can be differentiated with respect to
+    where they started. ``smooth``: the steps are :class:`SmoothAdam`'s with ε = lr (unrolled refinement,
+    in training and in evaluation alike), else torch's Adam."""
+    optimizer = (SmoothAdam([loc, log_scale], lr, eps=lr, differentiable=differentiable) if smooth
+                 else torch.optim.Adam([loc, log_scale], lr=lr))
     with torch.enable_grad():
         while True:
             at = theta() if callable(theta) else theta
@@ -101,13 +108,15 @@ def _leaves(loc, log_scale):
 def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False):
     """``steps`` Adam steps on Σ_n L_n from (loc, log σ) (the semi-amortized guide, the gap's refinement
     rows); returns (loc, log σ), detached, or, ``unrolled`` and where (loc, log σ) carry gradients, still on
-    the graph through every step (Kim et al. 2018's semi-amortized training)."""
-    unrolled = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
-    loc, log_scale = (loc.clone(), log_scale.clone()) if unrolled else _leaves(loc, log_scale)
+    the graph through every step (Kim et al. 2018's semi-amortized training). Unrolled steps are
+    :class:`SmoothAdam`'s with ε = lr, with or without the graph, so that an unrolled SA-VI guide refines
+    alike when trained and when evaluated."""
+    graph = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
+    loc, log_scale = (loc.clone(), log_scale.clone()) if graph else _leaves(loc, log_scale)
     for _, _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
-                                                       unrolled)):
+                                                       graph, unrolled)):
         pass
-    return (loc, log_scale) if unrolled else (loc.detach(), log_scale.detach())
+    return (loc, log_scale) if graph else (loc.detach(), log_scale.detach())
 
 
 def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None):
