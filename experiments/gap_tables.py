@@ -8,7 +8,8 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
   gaps.md     the gap table (reports.format_reports: per configuration and split, the mean over training
               seeds of the image means ± the standard error over seeds), then per configuration: seeds, SVI
               steps, final ELBO per image, what the ELBO per image gained over the last 10% of the steps (a
-              plateau: small against the whole run's gain), and training ms per step (the runs' own clocks,
+              plateau: small against the whole run's gain), the largest fall of the ELBO per image from one
+              epoch to the next after the first 10% of epochs (stability), and training ms per step (the runs' own clocks,
               on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± s.e.
 With --by-n each configuration's label names its N (training images).
@@ -56,9 +57,10 @@ def pm(values, fmt="%.1f"):
 
 def training_table(runs):
     lines = ["| configuration | seeds | SVI steps | final ELBO / image | gained over the last 10% of steps | "
-             "of the whole run's gain | training ms / step |", "|---" * 7 + "|"]
+             "of the whole run's gain | largest one-epoch fall after the first 10% | training ms / step |",
+             "|---" * 8 + "|"]
     for label, group in runs.items():
-        finals, lasts, shares, costs, steps = [], [], [], [], set()
+        finals, lasts, shares, costs, steps, falls = [], [], [], [], set(), []
         for info, history in group:
             config = info["config"]
             per_epoch = math.ceil(info["data"]["n_obs"] / min(config["batch_size"], info["data"]["n_obs"]))
@@ -69,10 +71,12 @@ def training_table(runs):
             lasts.append(end["elbo_per_obs"] - before["elbo_per_obs"])
             shares.append(lasts[-1] / (end["elbo_per_obs"] - evaluated[0]["elbo_per_obs"]))
             costs.append(1000 * history[-1]["time"] / (history[-1]["epoch"] * per_epoch))
+            elbos = [r["elbo_per_obs"] for r in history[len(history) // 10:]]
+            falls.append(max(a - b for a, b in zip(elbos, elbos[1:])))  # training's stability
             steps.add(history[-1]["epoch"] * per_epoch)
-        lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
             label, len(group), "/".join(map(str, sorted(steps))), pm(finals), pm(lasts), pm(shares, "%.3f"),
-            pm(costs, "%.0f")))
+            pm(falls), pm(costs, "%.0f")))
     return "\n".join(lines)
 
 
