@@ -55,13 +55,13 @@ class Optimum:
 
 class SmoothAdam:
     """Adam with the step m̂ / √(v̂ + ε²) in place of torch's m̂ / (√v̂ + ε), for steps that stay on the
-    autograd graph (unrolled refinement). Hand-written for two measured failures of torch's
-    ``Adam(differentiable=True)`` in unrolled SA-VI (experiments/sa-vi.sh, seeds 1 and 2 diverged): (1) it
-    differentiates √v at v = 0, so one exactly zero gradient entry (1 among a minibatch's 16,000) gives
-    0 · ∞ = NaN; (2) near zero the step g / √(g² + ε²) has slope 1/ε, so with ε = 1e-8 a small entry
-    multiplies the encoder's gradient by lr/ε = 1e6 per step, and within five steps it overflowed (max |grad|
-    3.6e9, then inf). :func:`refine` therefore takes ε = lr when unrolled (slope at most 1 per step), which
-    changes the step only for entries with |g| ≲ lr, and an unrolled guide refines so when evaluated too."""
+    autograd graph (unrolled refinement). Hand-written for two failures of torch's ``Adam(differentiable=True)``
+    in unrolled SA-VI (experiments/sa-vi.sh: seeds 1 and 2 diverged to NaN): (1) it differentiates √v at
+    v = 0, so an exactly zero gradient entry gives 0 · ∞ = NaN (tests/test_refinement.py); (2) near zero the
+    step g / √(g² + ε²) has slope 1/ε, so with ε = 1e-8 a small entry multiplies the encoder's gradient by up
+    to lr/ε = 1e6 per step, which a probe by hand saw overflow. :func:`refine` therefore takes ε = lr when
+    unrolled (slope at most 1 per step), which changes the step only for entries with |g| ≲ lr, and an
+    unrolled guide refines so when evaluated too. Training through these steps is still unstable (README)."""
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, differentiable=False):
         self.params, self.lr, self.betas, self.eps, self.steps = params, lr, betas, eps, 0
