@@ -5,7 +5,7 @@
 # AIS 200 steps, q* capped at 3,000 steps; refinement rows 5 / 20 / 100). Runs and reports in runs/informative
 # (resumable: the same command goes on); then the study's results, summary and figures are copied into
 # figures/informative and the gap table over the 3 seeds is written to figures/informative/gaps
-# (experiments/gap_tables.py). About 45 minutes of training and 2.5 hours of gap measurement on one core.
+# (experiments/gap_tables.py), every report under figures/informative/gaps/reports. About 45 minutes of training and 2.5 hours of gap measurement on one core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -15,3 +15,7 @@ python -m amortized_pyro compare --config experiments/informative.toml --dataset
 mkdir -p figures/informative
 cp runs/informative/results.jsonl runs/informative/summary.md runs/informative/fig*.png figures/informative/
 python experiments/gap_tables.py runs/informative --out figures/informative/gaps --title "Informative preset"
+mkdir -p figures/informative/gaps/reports
+for run in runs/informative/runs/mnist-sample/*; do
+  for split in train test; do cp "$run/gap-$split.json" "figures/informative/gaps/reports/$(basename "$run")-gap-$split.json"; done
+done
