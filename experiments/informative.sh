@@ -5,7 +5,8 @@
 # AIS 200 steps, q* capped at 3,000 steps; refinement rows 5 / 20 / 100). Runs and reports in runs/informative
 # (resumable: the same command goes on); then the study's results, summary and figures are copied into
 # figures/informative and the gap table over the 3 seeds is written to figures/informative/gaps
-# (experiments/gap_tables.py), every report under figures/informative/gaps/reports. About 45 minutes of training and 2.5 hours of gap measurement on one core.
+# (experiments/gap_tables.py), every report under figures/informative/gaps/reports. About 45 minutes of
+# training and 2.5 hours of gap measurement on one core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
