@@ -19,6 +19,8 @@ def gap_figure(reports, path):
     (train solid, test dashed): no two lines look alike. Several training seeds of a configuration: their mean
     ± the standard error over seeds."""
     groups = seed_groups(reports)
+    spread = ("mean over training seeds ± s.e. over seeds" if max(map(len, groups.values()), default=1) > 1
+              else "mean ± s.e. over images")
     one = {key: dict(group[0], amortization_gap=over_seeds([r["amortization_gap"] for r in group]),
                      refinement=[dict(row, gap_left=over_seeds([r["refinement"][i]["gap_left"] for r in group]))
                                  for i, row in enumerate(group[0]["refinement"])])
@@ -43,7 +45,7 @@ def gap_figure(reports, path):
                 left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
                 left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
-             title="Amortization gap (mean ± s.e. over images)")
+             title="Amortization gap (%s)" % spread)
     if widths:  # the widths themselves as ticks, not powers of ten
         left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
         left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -56,7 +58,7 @@ def gap_figure(reports, path):
                        yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], marker="o", capsize=3,
                        color=colors[r["label"]], ls=split_styles[r["split"]], label="%s, %s" % (r["label"], r["split"]))
     right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
-              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (mean ± s.e. over images)")
+              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (%s)" % spread)
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)

@@ -116,14 +116,19 @@ def format_reports(reports):
             _pm(row["coupling_gap"]), _pm(row["approximation_gap"]), " / ".join(_pm(refined[k]) for k in REFINE_COLUMNS),
             sum(r["optimized_plugin_mse"] for r in group) / len(group)))
     if capped:
+        images = sum(r["n_images"] for r in reports)
+        pairs = sum(r["n_images"] * r["settings"].get("theta_draws", 1) for r in reports)
         lines.append("\n† %d of %d rows hold q* optimizations stopped at their step cap, not by the stopping rule: "
-                     "there L(q*) and the amortization gap are lower bounds." % (capped, len(groups)))
+                     "there L(q*) and the amortization gap are lower bounds (q* capped for %d of %d images, q*_m for "
+                     "%d of %d (image, θ) pairs)." % (capped, len(groups), sum(r.get("capped", 0) for r in reports),
+                                                     images, sum(r.get("capped_per_theta", 0) for r in reports), pairs))
     lines.append("\nWith one seed, ± is the standard error over the images (θ draws, z draws and the trained run held "
-                 "fixed); with several, over the seeds' image means. Reports without a coupling gap or AIS (n/a) were "
-                 "measured by an earlier version, whose approximation gap holds both the coupling and the "
-                 "approximation gap.")
+                 "fixed); with several, over the seeds' image means. A guide without a factor for held-out images "
+                 "(F-VI) has no L(guide) on test images (n/a).")
+    if any("coupling_gap" not in r for r in reports):
+        lines.append("Reports without a coupling gap or AIS (n/a) were measured by an earlier version, whose "
+                     "approximation gap holds both the coupling and the approximation gap.")
     return "\n".join(lines)
-
 
 
 def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):

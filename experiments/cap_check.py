@@ -1,6 +1,6 @@
 """Two gap reports of one run and split that differ in q*'s step cap: per image, the second minus the first,
 mean ± standard error over the images (and the extremes), for L(guide) (untouched by the cap: its change
-is the Monte Carlo noise of the estimates alone), L(q*) and E_m L(q*_m).
+is the Monte Carlo noise of the estimates alone; absent for F-VI's test images), L(q*) and E_m L(q*_m).
 
     python experiments/cap_check.py RUN/gap-test.json runs/cap-check/NAME.json
 """
@@ -19,6 +19,8 @@ def main(first, second):
               % (path, report["settings"]["max_steps"], report["capped"], report["n_images"],
                  report["capped_per_theta"], report["n_images"] * report["settings"]["theta_draws"]))
     for key in KEYS:
+        if a["per_image"][key] is None:
+            continue
         d = [y - x for x, y in zip(a["per_image"][key], b["per_image"][key])]
         print("%-15s second − first: %+.2f ± %.2f nats per image (min %+.2f, max %+.2f, %d images)"
               % (key, statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), min(d), max(d), len(d)))

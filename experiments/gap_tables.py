@@ -9,8 +9,8 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
               seeds of the image means ± the standard error over seeds), then per configuration: seeds, SVI
               steps, final ELBO per image, what the ELBO per image gained over the last 10% of the steps (a
               plateau: small against the whole run's gain), the largest fall of the ELBO per image from one
-              epoch to the next after the first 10% of epochs (stability), and training ms per step (the runs' own clocks,
-              on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
+              epoch to the next after the first 10% of epochs (stability), and training ms per step (the
+              runs' own clocks, on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± s.e.
 With --by-n each configuration's label names its N (training images).
 """
@@ -25,6 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from amortized_pyro.guides import display_order  # noqa: E402
 from amortized_pyro.reports import format_reports  # noqa: E402
 from amortized_pyro.results import over_seeds, seed_groups  # noqa: E402
 from amortized_pyro.runs import load_history, read_info  # noqa: E402
@@ -59,7 +60,7 @@ def training_table(runs):
     lines = ["| configuration | seeds | SVI steps | final ELBO / image | gained over the last 10% of steps | "
              "of the whole run's gain | largest one-epoch fall after the first 10% | training ms / step |",
              "|---" * 8 + "|"]
-    for label, group in runs.items():
+    for label, group in sorted(runs.items(), key=lambda item: display_order(item[0])):
         finals, lasts, shares, costs, steps, falls = [], [], [], [], set(), []
         for info, history in group:
             config = info["config"]
@@ -82,7 +83,7 @@ def training_table(runs):
 
 def figure(reports, path, title):
     groups = seed_groups(reports)
-    labels = list(dict.fromkeys(label for label, _ in groups))
+    labels = sorted({label for label, _ in groups}, key=display_order)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=False)
     for ax, gap in zip(axes, GAPS):
         for offset, (split, color) in enumerate((("train", "tab:blue"), ("test", "tab:orange"))):

@@ -215,6 +215,7 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert "| A-VI k=4 | train | 1 | 5 |" in table and "| A-VI k=4 | test | 1 | 5 |" in table
     # q* capped at 100 steps, below the stopping rule's first possible stop (10 windows of 100): flagged
     assert table.count(" † |") == 2 and "2 of 2 rows hold q* optimizations stopped at their step cap" in table
+    assert "q* capped for 10 of 10 images" in table and "earlier version" not in table
     reports = [json.loads((folder / ("%s.json" % split)).read_text()) for split in ("train", "test")]
     left, right = gap_figure(reports, tmp_path / "again.png").axes
     assert (left.get_xlabel(), left.get_xscale()) == ("encoder width k", "log")
