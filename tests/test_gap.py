@@ -218,6 +218,8 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert "q* capped for 10 of 10 images" in table and "earlier version" not in table
     reports = [json.loads((folder / ("%s.json" % split)).read_text()) for split in ("train", "test")]
     left, right = gap_figure(reports, tmp_path / "again.png").axes
+    assert "over images" in left.get_title() and "over images" in right.get_title()  # one training seed
+    assert "over seeds" in gap_figure(reports * 2, tmp_path / "seeds.png").axes[0].get_title()  # two, alike
     assert (left.get_xlabel(), left.get_xscale()) == ("encoder width k", "log")
     assert [c.get_label() for c in left.containers] == ["A-VI, train images", "A-VI, test images"]
     for container, report in zip(left.containers, reports):  # one point per width, at the measured gap
