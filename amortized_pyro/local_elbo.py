@@ -71,11 +71,12 @@ class SmoothAdam:
     def step(self):
         self.steps += 1
         b1, b2 = self.betas
+        m_correction, v_correction = 1 - b1 ** self.steps, 1 - b2 ** self.steps  # Adam's bias corrections
         with torch.set_grad_enabled(self.differentiable):
             for i, (param, (m, v)) in enumerate(zip(self.params, self.moments)):
                 m, v = b1 * m + (1 - b1) * param.grad, b2 * v + (1 - b2) * param.grad.square()
                 self.moments[i] = m, v
-                param.sub_(self.lr * (m / (1 - b1 ** self.steps)) / (v / (1 - b2 ** self.steps) + self.eps ** 2).sqrt())
+                param.sub_(self.lr * (m / m_correction) / (v / v_correction + self.eps ** 2).sqrt())
 
 
 def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
