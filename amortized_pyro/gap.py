@@ -99,15 +99,29 @@ def summarize(values):
 
 def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
-    factors; None for held-out images). Returns a dict of summaries and per-image values; the guide's
-    quantities are None where it has no factor for these images."""
+    factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
+    per-image values; the guide's quantities are None where it has no factor for these images."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
-    log_joint, q_theta, rule = model.local_log_joint, guide.q_theta, settings.rule()
-    thetas = theta_draws(q_theta, settings, generator)
+    thetas = theta_draws(guide.q_theta, settings, generator)
     factor = guide.factor(x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
-    start = factor if factor is not None else (torch.zeros(x.shape[0], model.z_dim, device=x.device),
-                                               torch.ones(x.shape[0], model.z_dim, device=x.device))
+    result, best = measure_factors(model.local_log_joint, x, thetas, factor, model.z_dim, settings, generator,
+                                   refine_steps)
+    with torch.no_grad():
+        theta = thetas[0] if settings.theta == "mean" else guide.q_theta.mean()
+        plugin = model.observation_mean(decode(best.loc, theta))
+    result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
+    return result
+
+
+def measure_factors(log_joint, x, thetas, factor, size, settings, generator, refine_steps=()):
+    """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
+    (z [..., n, size]), ``thetas`` the fixed global draws, ``factor`` the guide's (μ, σ) [n, size] or None
+    (then q* starts from N(0, I)), ``generator`` every further draw. Returns (the result dict, q*'s
+    :class:`~amortized_pyro.local_elbo.Optimum`)."""
+    rule = settings.rule()
+    start = factor if factor is not None else (torch.zeros(x.shape[0], size, device=x.device),
+                                               torch.ones(x.shape[0], size, device=x.device))
     best = converge(log_joint, x, start[0], start[1].log(), thetas, settings.lr, rule, settings.step_samples,
                     generator)
     scale = best.log_scale.exp()
@@ -141,14 +155,11 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
         else:  # the guide's own factor: its gap is the amortization gap, the same estimate
             left = per_image["amortization_gap"]
         refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
-    with torch.no_grad():
-        plugin = model.observation_mean(decode(best.loc, thetas[0] if settings.theta == "mean" else q_theta.mean()))
     result = {name: summarize(values) for name, values in per_image.items()}
     capped, capped_per_theta = int(best.capped.sum()), sum(int(q.capped.sum()) for q in per_theta)
     result.update(settings=asdict(settings), optimizer_steps=int(best.steps.max()), capped=capped,
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
                   refine_steps=list(refine_steps), refinement=refined,
-                  optimized_plugin_mse=(x - plugin).pow(2).mean().item(),
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})
-    return result
+    return result, best

@@ -1,0 +1,165 @@
+"""The base of the guide builders: q(θ) q(z_1..N) for any model whose local latents sit in a named plate.
+
+    q(θ)   = AutoNormal (mean-field Normal, ``globals="normal"``) or AutoDelta (``"delta"``: MAP) over every
+             latent site outside the plate, built by Pyro on the model with the local sites hidden
+    q(z_n) = Π_sites T_s(u_n,s),   u_n ~ Normal(μ_n, diag σ_n²) in each local site's unconstrained space
+             (T_s = biject_to(support), as Pyro's AutoNormal), (μ_n, σ_n) given by the family
+
+A family (:mod:`amortized_pyro.autoguides.families`) says only how (μ_n, σ_n) are made for a batch of
+datapoints, by :meth:`AutoLocalGuide.local_factor`; everything else (reading the model, the plates, the
+sampling, the gap's access to q) lives here once.
+"""
+import contextlib
+import math
+
+import torch
+
+import pyro
+import pyro.distributions as dist
+from pyro import poutine
+from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
+
+from ..errors import AmortizedPyroError
+from .structure import plate_indices, read_structure
+
+GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
+DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
+
+
+class AutoLocalGuide(AutoGuide):
+    """A guide built from ``model``: Pyro's AutoNormal or AutoDelta over the global latent sites, and a
+    Gaussian factor per datapoint over the local ones, whose parameters the subclass provides.
+
+    :param callable model: a Pyro model whose local latent sites sit inside ``pyro.plate(plate, N, ...)``
+        (subsampled with ``subsample=idx`` or ``subsample_size=B``, or not) and whose global latent sites
+        sit outside it.
+    :param str plate: the name of the data plate.
+    :param float init_scale: the initial standard deviation of every factor (in unconstrained space).
+    :param str globals: ``"normal"`` (mean-field Normal, AutoNormal) or ``"delta"`` (point estimates,
+        AutoDelta) for the global latent sites; unused where the model has none.
+    :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
+        data plate (and others). Without it the model is run up to its data plate at each call to read the
+        plate's size and subsample indices.
+    """
+
+    can_infer_unseen = True  # whether the family has a factor for datapoints it was not trained on
+
+    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", create_plates=None):
+        if globals not in GLOBAL_GUIDES:
+            raise AmortizedPyroError("globals must be one of %s, got %r" % (", ".join(GLOBAL_GUIDES), globals))
+        if not init_scale > 0:
+            raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
+        super().__init__(model, create_plates=self._plates_of_call)
+        self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), globals
+        self._user_plates = create_plates
+        self.structure = None
+        self.global_guide = None
+        self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
+
+    # ---- reading the model --------------------------------------------------------------------------------
+    def _setup_prototype(self, *args, **kwargs):
+        super()._setup_prototype(*args, **kwargs)
+        self.structure = read_structure(self.prototype_trace, self.plate)
+        self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
+        if self.structure.globals:
+            hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
+            part = GLOBAL_GUIDES[self.globals_kind]
+            self.global_guide = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
+        with poutine.block():  # the prototype call's plates, seen by nobody
+            indices = self._create_plates(*args, **kwargs)[self.plate].indices
+        self._setup_local(indices, args, kwargs, self._device())
+
+    def _check_prototype(self, part_trace):
+        """Called by the global part (Pyro's master-guide protocol): its sites must be this model's."""
+        for name, _ in part_trace.iter_stochastic_nodes():
+            assert name in self.prototype_trace.nodes, name
+
+    def _device(self):
+        values = [site["value"] for site in self.prototype_trace.nodes.values() if torch.is_tensor(site.get("value"))]
+        return values[0].device if values else torch.device("cpu")
+
+    def _plates_of_call(self, *args, **kwargs):
+        """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
+        call (its size and subsample indices read by running the model up to it) where the user gives none."""
+        plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
+        plates = [plates] if isinstance(plates, pyro.plate) else list(plates)
+        if self.plate not in [p.name for p in plates]:
+            size, subsample_size, indices, device = plate_indices(self.model, self.plate, self._before_plate, args,
+                                                                  kwargs)
+            plates.append(pyro.plate(self.plate, size, subsample_size=subsample_size, subsample=indices,
+                                     dim=self.structure.dim, device=device))
+        return plates
+
+    # ---- what a family provides ---------------------------------------------------------------------------
+    def _setup_local(self, indices, args, kwargs, device):
+        """Create the family's parameters, given the prototype call's plate indices (a family's hook)."""
+        raise NotImplementedError
+
+    def local_factor(self, indices, args, kwargs, theta):
+        """(μ, σ), each [B, size]: the factor q(u_n) of the datapoints ``indices`` of the model's call
+        (``args``, ``kwargs``), at global values ``theta`` (site → tensor; a list: their mean objective, as
+        SA-VI refines), or None where the family has none for them (a family's hook)."""
+        raise NotImplementedError
+
+    # ---- the guide ----------------------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        """Draw θ ~ q(θ) and z_n ~ q(z_n) for the datapoints of this call; returns site → value."""
+        if self.prototype_trace is None:
+            self._setup_prototype(*args, **kwargs)
+        plates = self._create_plates(*args, **kwargs)
+        result = self.global_guide(*args, **kwargs) if self.global_guide is not None else {}
+        data_plate = plates[self.plate]
+        loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
+        with data_plate:
+            for name, (site_loc, site_scale) in self._per_site(loc, scale).items():
+                result[name] = pyro.sample(name, self._site_distribution(name, site_loc, site_scale))
+        return result
+
+    def _per_site(self, loc, scale):
+        split_loc, split_scale = self.structure.split(loc), self.structure.split(scale)
+        return {site.name: (split_loc[site.name], split_scale[site.name]) for site in self.structure.locals}
+
+    def _site_distribution(self, name, loc, scale):
+        site = next(s for s in self.structure.locals if s.name == name)
+        base = dist.Normal(loc, scale).to_event(len(site.unconstrained_shape))
+        return base if site.is_real else dist.TransformedDistribution(base, site.transform)
+
+    # ---- access for measurement ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def global_mean(self):
+        """The median of q(θ) (its mean in unconstrained space), site → tensor; {} without global sites."""
+        return {} if self.global_guide is None else self.global_guide.median()
+
+    @torch.no_grad()
+    def global_sample(self, generator=None):
+        """One θ ~ q(θ) drawn from ``generator`` (the global stream where None), site → tensor. For
+        ``globals="delta"`` its point estimate."""
+        if self.global_guide is None or self.globals_kind == "delta":
+            return self.global_mean()
+        part, draws = self.global_guide, {}
+        for name, site in part.prototype_trace.iter_stochastic_nodes():
+            loc, scale = part._get_loc_and_scale(name)
+            eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
+            draws[name] = torch.distributions.biject_to(site["fn"].support)(loc + scale * eps)
+        return draws
+
+    @contextlib.contextmanager
+    def refinement_draws(self, generator):
+        """Any refinement's z draws from ``generator`` for the duration (an evaluation the same every time)."""
+        before, self.refine_generator = self.refine_generator, generator
+        try:
+            yield self
+        finally:
+            self.refine_generator = before
+
+    def indices_of(self, *args, **kwargs):
+        """The data plate's subsample indices for a call of the model with these arguments."""
+        if self.prototype_trace is None:
+            self._setup_prototype(*args, **kwargs)
+        with poutine.block():
+            return self._create_plates(*args, **kwargs)[self.plate].indices
+
+
+def log_init_scale(init_scale, shape, device):
+    """A tensor of log σ₀ in ``shape``."""
+    return torch.full(shape, math.log(init_scale), device=device)

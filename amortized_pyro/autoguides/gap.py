@@ -1,0 +1,56 @@
+"""The amortization gap of any model and guide builder: :mod:`amortized_pyro.gap`'s quantities (amortization,
+coupling and approximation gaps; log p(x_n) by IWAE and AIS; q* converged per datapoint; refinement rows),
+with the per-datapoint log joint read off the model's trace (:class:`.local_joint.LocalJoint`) and the global
+draws θ_m taken from the guide's global part.
+
+Everything lives in each local site's unconstrained space, where the guides' factors are Gaussian: the
+gaps are those of the pushforward factors q(z_n), since the Jacobian is part of the log joint there. A model
+without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
+"""
+import torch
+
+from ..gap import GapSettings, measure_factors
+from .local_joint import LocalJoint
+
+
+@torch.no_grad()
+def global_draws(guide, settings, generator):
+    """The fixed global values every quantity shares: M draws from q(θ), E_q-median once (``theta="mean"``),
+    or a single empty one where the model has no global latent site."""
+    if not guide.structure.globals:
+        return [{}]
+    if settings.theta == "mean":
+        return [guide.global_mean()]
+    return [guide.global_sample(generator) for _ in range(settings.theta_draws)]
+
+
+def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, **kwargs):
+    """The gaps per datapoint of the data plate in the model's call ``model(*args, **kwargs)``, for a trained
+    guide of :mod:`amortized_pyro.autoguides` (its parameters are not changed).
+
+    :param model: the Pyro model the guide was built from.
+    :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`.
+    :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()).
+    :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own).
+    :param bool seen: whether these datapoints are ones the guide was trained on; a per-datapoint guide has a
+        factor only for those (otherwise its quantities are None and q* starts at N(0, I)).
+    :returns: the dict of :func:`amortized_pyro.gap.measure_factors`: summaries ("mean", "stderr" over the
+        datapoints) and ``per_image`` values.
+    """
+    settings = (settings or GapSettings()).check()
+    if guide.prototype_trace is None:
+        with torch.no_grad():
+            guide(*args, **kwargs)
+    indices = guide.indices_of(*args, **kwargs)
+    device = next(guide.parameters()).device
+    generator = torch.Generator(device).manual_seed(settings.seed)
+    thetas = global_draws(guide, settings, generator)
+    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices)
+    placeholder = torch.empty(len(indices), 0, device=device)  # the optimizers take n from it; the model's args hold x
+    factor = None
+    if seen or guide.can_infer_unseen:
+        with torch.no_grad(), guide.refinement_draws(torch.Generator(device).manual_seed(0)):
+            factor = guide.local_factor(indices, args, kwargs, thetas)
+    result, _ = measure_factors(log_joint, placeholder, thetas, factor, guide.structure.size, settings, generator,
+                                refine_steps)
+    return result

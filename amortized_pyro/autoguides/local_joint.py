@@ -1,0 +1,86 @@
+"""The per-datapoint log joint of any model, read off a Pyro trace, in the guides' unconstrained space:
+
+    log p(x_n, z_n | θ) + log |det ∂z_n/∂u_n|,    z_n = T(u_n)  (T: each local site's ``biject_to(support)``)
+
+summed over every site inside the data plate (the local latents and the observations there), kept per
+plate element. With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
+per-datapoint optimizers of :mod:`amortized_pyro.local_elbo` and the estimators of :mod:`amortized_pyro.gap`
+work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
+"""
+import math
+
+import torch
+
+from pyro import poutine
+
+from ..errors import AmortizedPyroError
+
+
+class LocalJoint:
+    """``log_joint(x, u, theta)`` → [*lead, B] for flat unconstrained local values u [*lead, B, size] and
+    global values ``theta`` (site → tensor; a leading particle dimension of size 1 or prod(lead) allowed).
+    ``x`` is not read (the model's own arguments carry the data): the gap's optimizers pass it along.
+
+    :param model: the Pyro model.
+    :param structure: its :class:`~amortized_pyro.autoguides.structure.Structure`.
+    :param tuple args: the model's arguments for this batch of datapoints.
+    :param dict kwargs: its keyword arguments.
+    :param indices: the plate's subsample indices for this batch (None: the model's own).
+    """
+
+    def __init__(self, model, structure, args, kwargs=None, indices=None):
+        self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
+        self.indices = indices
+
+    def __call__(self, x, u, theta):
+        structure = self.structure
+        lead, batch = u.shape[:-2], u.shape[-2]
+        draws = math.prod(lead)
+        # the leading dimensions of u become one batch dimension of ``draws`` left of all the model's plates
+        # (no plate: a guide's particle plate may hold that dim while SA-VI refines inside the guide)
+        shape = (draws,) + (1,) * (structure.max_plate_nesting + structure.dim)
+        data, log_det = {}, 0.0
+        for site in structure.locals:
+            value = structure.split(u.reshape((draws, batch, structure.size)))[site.name]
+            value = value.reshape(shape + tuple(value.shape[1:]))
+            if not site.is_real:
+                constrained = site.transform(value)
+                jacobian = site.transform.log_abs_det_jacobian(value, constrained)
+                log_det = log_det + jacobian.reshape(draws, batch, -1).sum(-1)
+                value = constrained
+            data[site.name] = value
+        for name, value in theta.items():
+            data[name] = self._with_draws(name, value, draws)
+        if self.indices is not None:
+            data[structure.plate] = self.indices
+        with poutine.block():
+            trace = poutine.trace(poutine.condition(self.model, data=data)).get_trace(*self.args, **self.kwargs)
+        total = log_det + self._per_datapoint(trace, draws, batch)
+        return total.reshape(lead + (batch,))
+
+    def _with_draws(self, name, value, draws):
+        """A global value, checked: a leading particle dimension must be 1 or the number of draws."""
+        batch_dims = value.dim() - self.structure.globals[name]
+        if batch_dims > self.structure.max_plate_nesting and value.shape[0] not in (1, draws):
+            raise AmortizedPyroError("the global site %r carries %d particles against %d local draws: refine or "
+                                     "measure one θ at a time" % (name, value.shape[0], draws))
+        return value
+
+    def _per_datapoint(self, trace, draws, batch):
+        """Σ over the sites in the data plate of log p, kept per (draw, datapoint): [draws, B]."""
+        structure, total = self.structure, torch.zeros(())
+        nesting = structure.max_plate_nesting + 1
+        for site in trace.nodes.values():
+            if site["type"] != "sample" or type(site["fn"]).__name__ == "_Subsample":
+                continue
+            if structure.plate not in [frame.name for frame in site["cond_indep_stack"]]:
+                continue
+            log_p = site["fn"].log_prob(site["value"])
+            if site["mask"] is not None:
+                log_p = log_p * site["mask"]
+            log_p = log_p.reshape((1,) * (nesting - log_p.dim()) + tuple(log_p.shape))
+            keep = (0, nesting + structure.dim)  # the draws' dim and the plate's
+            others = [d for d in range(nesting) if d not in keep]
+            log_p = log_p.sum(others) if others else log_p
+            total = total + log_p.expand(draws, batch)
+        return total

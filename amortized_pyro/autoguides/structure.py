@@ -1,0 +1,146 @@
+"""What a guide builder reads off a model's trace: the data plate, its local latent sites, the global ones.
+
+A *local* site is a latent sample site inside the plate named ``plate`` (one value per datapoint); every other
+latent site is *global*. Each local site is handled in unconstrained space (``biject_to(support)``, as
+Pyro's AutoNormal does) and, per datapoint, flattened into one block of a vector u_n of size
+:attr:`Structure.size`: the layout that a Gaussian factor q(u_n) = N(μ_n, diag σ_n²) and the gap's
+per-datapoint optimizers work in.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.distributions import biject_to
+
+from pyro import poutine
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.subsample_messenger import _Subsample
+
+from ..errors import AmortizedPyroError
+
+
+@dataclass
+class LocalSite:
+    """One local latent site: its name, its value's event shape, the bijection from unconstrained space,
+    the unconstrained event shape and its slice [start, stop) of the flat per-datapoint vector u_n."""
+
+    name: str
+    event_shape: torch.Size
+    transform: torch.distributions.Transform
+    unconstrained_shape: torch.Size
+    start: int
+    stop: int
+
+    @property
+    def is_real(self):
+        """Whether the site's support is the real line: no transform (analytic KLs stay available)."""
+        transform = self.transform
+        while isinstance(transform, torch.distributions.transforms.IndependentTransform):
+            transform = transform.base_transform
+        return isinstance(transform, torch.distributions.transforms.ComposeTransform) and not transform.parts
+
+
+@dataclass
+class Structure:
+    """The data plate (``plate``, its ``dim`` and ``full_size``), the local sites in trace order, the
+    global latent sites (name → event dim), and ``max_plate_nesting`` (the plates' depth, the data plate's
+    included)."""
+
+    plate: str
+    dim: int
+    full_size: int
+    locals: list
+    globals: dict
+    max_plate_nesting: int
+
+    @property
+    def size(self):
+        """The length of the flat unconstrained per-datapoint vector u_n."""
+        return self.locals[-1].stop
+
+    def batch_shape(self, batch):
+        """The shape a local value's batch takes for ``batch`` datapoints: [batch] at the plate's dim."""
+        return torch.Size([batch] + [1] * (-self.dim - 1))
+
+    def split(self, flat):
+        """Flat [..., B, size] → site → [..., B, 1…, *unconstrained_shape] (the plate's dim in place)."""
+        lead, batch = flat.shape[:-2], flat.shape[-2]
+        return {site.name: flat[..., site.start:site.stop].reshape(lead + self.batch_shape(batch)
+                                                                     + site.unconstrained_shape)
+                for site in self.locals}
+
+
+def read_structure(trace, plate):
+    """The :class:`Structure` of a model's prototype trace (``poutine.trace(model).get_trace(...)``) for its
+    plate ``plate``; one line of :class:`AmortizedPyroError` where a guide builder cannot serve the model."""
+    frames = {frame.name: frame for _, site in trace.iter_stochastic_nodes() for frame in site["cond_indep_stack"]}
+    frames.update({frame.name: frame for site in trace.nodes.values() if site["type"] == "sample"
+                   for frame in site["cond_indep_stack"]})
+    if plate not in frames:
+        raise AmortizedPyroError("the model has no plate named %r around a sample site (its plates: %s)"
+                                 % (plate, ", ".join(sorted(frames)) or "none"))
+    frame = frames[plate]
+    if frame.size is None or frame.size < 0:
+        raise AmortizedPyroError("the model's plate %r has no size: give it one, pyro.plate(%r, N)" % (plate, plate))
+    local_sites, global_sites, start = [], {}, 0
+    for name, site in trace.iter_stochastic_nodes():
+        if plate not in [f.name for f in site["cond_indep_stack"]]:
+            global_sites[name] = site["fn"].event_dim
+            continue
+        fn = site["fn"]
+        if fn.support.is_discrete or site["infer"].get("enumerate"):
+            raise AmortizedPyroError("the local site %r is discrete: these guides fit continuous local latents "
+                                     "only (marginalize it, or guide it separately)" % name)
+        batch = fn.batch_shape
+        batch = torch.Size([1] * (-frame.dim - len(batch))) + batch if len(batch) < -frame.dim else batch
+        inner = batch[len(batch) + frame.dim + 1:]
+        if any(size != 1 for size in batch[:len(batch) + frame.dim]) or any(size != 1 for size in inner):
+            raise AmortizedPyroError("the local site %r varies over a plate other than %r (batch shape %s): "
+                                     "only the data plate may index a local site" % (name, plate, tuple(batch)))
+        transform = biject_to(fn.support)
+        event_shape = fn.event_shape
+        unconstrained = torch.Size(transform.inv.forward_shape(event_shape))
+        stop = start + max(1, math.prod(unconstrained))
+        local_sites.append(LocalSite(name, event_shape, transform, unconstrained, start, stop))
+        start = stop
+    if not local_sites:
+        raise AmortizedPyroError("the model has no latent site inside its plate %r: nothing to guide locally" % plate)
+    nesting = max([-f.dim for f in frames.values()] + [0])
+    return Structure(plate, frame.dim, frame.full_size or frame.size, local_sites, global_sites, nesting)
+
+
+class _PlateReached(Exception):
+    def __init__(self, msg):
+        super().__init__()
+        self.found = (msg["fn"].size, msg["fn"].subsample_size, msg["value"], msg["fn"].device)
+
+
+class _StopAtPlate(Messenger):
+    """Runs a model up to its plate ``plate`` and stops there with the plate's size, subsample size and
+    subsample indices. Sample sites before it take their prototype values, not a draw."""
+
+    def __init__(self, plate, prototype):
+        super().__init__()
+        self.plate, self.prototype = plate, prototype
+
+    def _pyro_sample(self, msg):
+        if isinstance(msg["fn"], _Subsample):
+            if msg["name"] == self.plate:
+                raise _PlateReached(msg)
+            return
+        if msg["value"] is None and msg["name"] in self.prototype:
+            msg["value"] = self.prototype[msg["name"]]
+
+
+def plate_indices(model, plate, prototype, args, kwargs):
+    """(size, subsample_size, subsample, device) of the model's plate ``plate`` for these arguments, as the model
+    gives them to ``pyro.plate`` (None where it leaves one out). The model runs only up to the plate, hidden
+    from every handler outside (hand-written: Pyro's AutoGuide asks the user for ``create_plates`` instead)."""
+    try:
+        with poutine.block():
+            with _StopAtPlate(plate, prototype):
+                model(*args, **kwargs)
+    except _PlateReached as reached:
+        return reached.found
+    raise AmortizedPyroError("the model did not reach its plate %r on these arguments" % plate)
+

@@ -1,0 +1,111 @@
+"""Models the package did not write, for the guide builders' tests: a linear-Gaussian latent model (posterior,
+log p(x) and the best mean-field ELBO in closed form) in three plate styles, the same with global latents, and
+a standard VAE written as Pyro's examples/vae writes it (a ``pyro.module`` decoder, no prior on its weights)."""
+import math
+
+import torch
+from torch import nn
+
+import pyro
+import pyro.distributions as dist
+
+
+class LinearGaussian:
+    """z_n ~ N(0, I_dz), x_n ~ N(W z_n + b, σ² I_dx): fixed W, b, σ (no global latent)."""
+
+    def __init__(self, n, dx, dz, sigma, correlation=0.9, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        base = torch.randn(dx, 1, generator=generator)
+        # columns of W nearly parallel: the posterior of z_n is correlated, so mean-field has a real gap
+        self.W = correlation * base + math.sqrt(1 - correlation ** 2) * torch.randn(dx, dz, generator=generator)
+        self.b = torch.randn(dx, generator=generator)
+        self.sigma, self.dz = sigma, dz
+        self.x = torch.randn(n, dz, generator=generator) @ self.W.T + self.b + sigma * torch.randn(n, dx, generator=generator)
+
+    def local(self, x):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([self.dz]).to_event(1))
+        pyro.sample("x", dist.Normal(z @ self.W.T + self.b, self.sigma).to_event(1), obs=x)
+
+    def model(self, x):
+        """The plain plate: pyro.plate("data", len(x))."""
+        with pyro.plate("data", len(x)):
+            self.local(x)
+
+    def subsampled(self, x_batch, idx):
+        """A minibatch x_batch with its indices among the N datapoints: pyro.plate("data", N, subsample=idx)."""
+        with pyro.plate("data", len(self.x), subsample=idx):
+            self.local(x_batch)
+
+    def random_batches(self, x, batch):
+        """All N datapoints given, the plate draws the batch: pyro.plate("data", N, subsample_size=batch)."""
+        with pyro.plate("data", len(x), subsample_size=batch) as idx:
+            self.local(x[idx])
+
+    # closed forms
+    def precision(self):
+        """Λ = I + Wᵀ W / σ², the posterior precision of every z_n."""
+        return torch.eye(self.dz, dtype=self.W.dtype) + self.W.T @ self.W / self.sigma ** 2
+
+    def posterior_mean(self, x):
+        return torch.linalg.solve(self.precision(), self.W.T @ (x - self.b).T / self.sigma ** 2).T
+
+    def log_px(self, x):
+        cov = self.W @ self.W.T + self.sigma ** 2 * torch.eye(len(self.b), dtype=self.W.dtype)
+        return dist.MultivariateNormal(self.b, cov).log_prob(x)
+
+    def elbo(self, x, loc, scale):
+        """The ELBO of the factor N(loc, diag scale²) per datapoint, exactly."""
+        mean = loc @ self.W.T + self.b
+        spread = (scale.pow(2) @ self.W.pow(2).T)  # E_q ‖W(z − loc)‖² per output coordinate
+        likelihood = dist.Normal(mean, self.sigma).log_prob(x).sum(-1) - spread.sum(-1) / (2 * self.sigma ** 2)
+        prior = -0.5 * (loc.pow(2) + scale.pow(2)).sum(-1) - self.dz / 2 * math.log(2 * math.pi)
+        entropy = scale.log().sum(-1) + self.dz / 2 * (1 + math.log(2 * math.pi))
+        return likelihood + prior + entropy
+
+    def best_scale(self):
+        """The best mean-field factor's scales: 1/√Λ_ii (its locs: the posterior mean)."""
+        return self.precision().diagonal().rsqrt()
+
+    def approximation_gap(self):
+        """log p(x_n) − the best mean-field ELBO = ½ (Σ log Λ_ii − log det Λ), the same for every n."""
+        precision = self.precision()
+        return 0.5 * (precision.diagonal().log().sum() - torch.logdet(precision))
+
+
+class WithGlobals(LinearGaussian):
+    """The same, with a global latent: W ~ N(0, 1) per entry and σ ~ LogNormal(−1, 0.3)."""
+
+    def model(self, x):
+        W = pyro.sample("W", dist.Normal(torch.zeros_like(self.W), 1.0).to_event(2))
+        sigma = pyro.sample("sigma", dist.LogNormal(-1.0, 0.3))
+        with pyro.plate("data", len(x)):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([self.dz]).to_event(1))
+            mean = (z.unsqueeze(-2) @ W.transpose(-1, -2)).squeeze(-2) + self.b
+            pyro.sample("x", dist.Normal(mean, sigma.unsqueeze(-1).unsqueeze(-1)).to_event(1), obs=x)
+
+
+class VAE(nn.Module):
+    """A standard VAE as Pyro's examples/vae writes it: z ~ N(0, I), x ~ Bernoulli(decoder(z)), the decoder's
+    weights parameters (``pyro.module``), and its own hand-written encoder guide."""
+
+    def __init__(self, x_dim=12, z_dim=3, hidden=8):
+        super().__init__()
+        self.z_dim = z_dim
+        self.decoder = nn.Sequential(nn.Linear(z_dim, hidden), nn.Softplus(), nn.Linear(hidden, x_dim))
+        self.body = nn.Sequential(nn.Linear(x_dim, hidden), nn.Softplus())
+        self.loc, self.log_scale = nn.Linear(hidden, z_dim), nn.Linear(hidden, z_dim)
+
+    def model(self, x):
+        pyro.module("decoder", self.decoder)
+        with pyro.plate("data", x.shape[0]):
+            z = pyro.sample("latent", dist.Normal(x.new_zeros(self.z_dim), 1.0).to_event(1))
+            pyro.sample("obs", dist.Bernoulli(logits=self.decoder(z)).to_event(1), obs=x)
+
+    def guide(self, x):
+        """The hand-written encoder guide (examples/vae's, with exp for the scale)."""
+        pyro.module("body", self.body)
+        pyro.module("loc", self.loc)
+        pyro.module("log_scale", self.log_scale)
+        with pyro.plate("data", x.shape[0]):
+            h = self.body(x)
+            pyro.sample("latent", dist.Normal(self.loc(h), self.log_scale(h).exp()).to_event(1))
