@@ -41,6 +41,12 @@ class LinearGaussian:
         with pyro.plate("data", len(x), subsample_size=batch) as idx:
             self.local(x[idx])
 
+    def at(self, W, sigma):
+        """The same model with W and σ replaced (the closed forms at a global draw θ = (W, σ))."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__, W=W, sigma=sigma)
+        return other
+
     # closed forms
     def precision(self):
         """Λ = I + Wᵀ W / σ², the posterior precision of every z_n."""

@@ -1,0 +1,139 @@
+"""The gap of a model the package did not write, against closed forms: a linear-Gaussian latent model with a
+global latent θ = (W, σ) sampled from a wide q(θ). At each draw θ_m the posterior of z_n is Gaussian, so
+log p(x_n | θ_m), the best mean-field factor at θ_m and its ELBO are closed form; and the mean over draws of
+the local ELBOs is quadratic in (μ, σ²), so q*_n (the best factor for the draws together) is closed form too:
+σ*² = 1 / mean_m diag Λ_m, μ* = (mean_m Λ_m)⁻¹ mean_m W_mᵀ (x_n − b) / σ_m² (the mean-field stationarity
+conditions of a quadratic). Every estimate of measure_gap must match its exact value within a tolerance
+derived from its standard error (the z draws' Monte Carlo error) plus what Adam's best iterate may leave.
+W's columns are correlated 0.7: at 0.9 the mean-field proposals leave IWAE's weights so heavy-tailed that
+K = 2,000 read log p(x) 0.1-0.4 nats low (seen), more than its delta-method standard error admits."""
+import math
+
+import pytest
+import torch
+
+import pyro
+
+from amortized_pyro.ais import ais_log_weights
+from amortized_pyro.autoguides import AutoPerDatapointNormal, LocalJoint, measure_gap
+from amortized_pyro.autoguides.gap import global_draws
+from amortized_pyro.gap import GapSettings
+from amortized_pyro.local_elbo import log_weights
+from toy_models import LinearGaussian, WithGlobals
+
+N, DX, DZ, SIGMA = 5, 6, 2, 0.5
+SETTINGS = GapSettings(theta_draws=2, samples=2000, importance_samples=2000, chunk=1000, lr=0.02, step_samples=32,
+                       window=50, patience=5, max_steps=4000, ais_steps=50, ais_chains=16, leapfrog=5)
+OPT = 0.02  # what Adam's best iterate may leave of an optimum here, in nats (stated, as in test_gap_quadrature)
+
+
+def elbo_se(log_joint, factor, theta, samples, seed):
+    """Standard error of a local-ELBO estimate with ``samples`` z draws at θ, from an independent sample."""
+    draws = log_weights(log_joint, None, factor[0], factor[1], theta, samples, torch.Generator().manual_seed(seed))
+    return draws.std(0) / math.sqrt(samples)
+
+
+def log_mean_exp_se(log_w):
+    """Delta-method standard error of log (1/K) Σ_k w_k from the K log weights [K, n]."""
+    w = (log_w - log_w.max(0).values).exp()
+    return w.std(0) / w.mean(0) / math.sqrt(w.shape[0])
+
+
+def mean_se(per_theta):
+    return torch.stack(per_theta).pow(2).sum(0).sqrt() / len(per_theta)
+
+
+def iwae_standard_error(joint, factors, thetas):
+    """The delta-method standard error of the mean over θ draws of IWAE estimates with K samples from the
+    factors, from an independent sample of weights."""
+    return mean_se([log_mean_exp_se(log_weights(joint, None, q[0], q[1], t, SETTINGS.importance_samples,
+                                                torch.Generator().manual_seed(8))) for q, t in zip(factors, thetas)])
+
+
+@pytest.fixture(scope="module")
+def measured():
+    torch.set_default_dtype(torch.float64)
+    toy = WithGlobals(N, DX, DZ, SIGMA, correlation=0.7)
+    with pyro.settings.context(module_local_params=True):
+        guide = AutoPerDatapointNormal(toy.model)
+        guide(toy.x)
+        with torch.no_grad():
+            part = guide.global_guide
+            part.locs.W = toy.W.clone()
+            part.scales.W = torch.full_like(toy.W, 0.45)  # wide: the posterior of z_n moves with θ
+            part.locs.sigma = torch.tensor(math.log(SIGMA))
+            part.scales.sigma = torch.tensor(0.1)
+            guide.loc.copy_(toy.posterior_mean(toy.x) + 0.4)  # the guide's factors: away from the best ones
+            guide.log_scale.fill_(-1.0)
+        report = measure_gap(toy.model, guide, toy.x, settings=SETTINGS)
+        thetas = global_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure_gap's draws
+        yield toy, guide, report, thetas
+    torch.set_default_dtype(torch.float32)
+
+
+def test_gaps_of_a_users_model_match_closed_forms(measured):
+    toy, guide, report, thetas = measured
+    got = {k: torch.tensor(v) for k, v in report["per_image"].items()}
+    at = [toy.at(t["W"], t["sigma"]) for t in thetas]
+    x = toy.x
+    factor = (guide.loc.detach(), guide.log_scale.detach().exp())
+    # q*: the stationary point of the mean over draws of the quadratic local ELBOs
+    precision = torch.stack([m.precision() for m in at]).mean(0)
+    star = (torch.linalg.solve(precision, torch.stack([m.W.T @ (x - m.b).T / m.sigma ** 2 for m in at]).mean(0)).T,
+            precision.diagonal().rsqrt().expand(N, DZ))
+    per_theta = [(m.posterior_mean(x), m.best_scale().expand(N, DZ)) for m in at]
+    exact = {"elbo_guide": torch.stack([m.elbo(x, *factor) for m in at]).mean(0),
+             "elbo_optimized": torch.stack([m.elbo(x, *star) for m in at]).mean(0),
+             "elbo_per_theta": torch.stack([m.elbo(x, *q) for m, q in zip(at, per_theta)]).mean(0),
+             "log_px": torch.stack([m.log_px(x) for m in at]).mean(0)}
+    coupling = exact["elbo_per_theta"] - exact["elbo_optimized"]
+    approximation = exact["log_px"] - exact["elbo_per_theta"]
+    amortization = exact["elbo_optimized"] - exact["elbo_guide"]
+    # a setting where each gap matters (the trivial answer 0 fails every check below)
+    assert (coupling > 0.1).all() and (approximation > 0.1).all() and (amortization > 1).all()
+    joint = LocalJoint(toy.model, guide.structure, (x,), {})
+    S = SETTINGS.samples
+    se = {name: mean_se([elbo_se(joint, q, t, S, 7) for q, t in zip(qs, thetas)])
+          for name, qs in (("elbo_guide", [factor] * len(thetas)), ("elbo_optimized", [star] * len(thetas)),
+                           ("elbo_per_theta", per_theta))}
+    assert ((got["elbo_guide"] - exact["elbo_guide"]).abs() < 4 * se["elbo_guide"]).all()
+    for name in ("elbo_optimized", "elbo_per_theta"):  # Adam's optima: not above the exact ones, nor far below
+        assert (got[name] < exact[name] + 4 * se[name]).all(), name
+        assert (got[name] > exact[name] - 4 * se[name] - OPT).all(), name
+    assert ((got["amortization_gap"] - amortization).abs()
+            < 4 * torch.hypot(se["elbo_guide"], se["elbo_optimized"]) + OPT).all()
+    assert ((got["coupling_gap"] - coupling).abs()
+            < 4 * torch.hypot(se["elbo_optimized"], se["elbo_per_theta"]) + 2 * OPT).all()
+    iwae_se = iwae_standard_error(joint, per_theta, thetas)
+    assert ((got["log_px"] - exact["log_px"]).abs() < 4 * iwae_se + 1e-6).all()
+    assert ((got["approximation_gap"] - approximation).abs() < 4 * torch.hypot(iwae_se, se["elbo_per_theta"])
+            + OPT).all()
+    ais_se = mean_se([log_mean_exp_se(ais_log_weights(joint, torch.empty(N, 0), q[0], q[1], t, SETTINGS.ais_steps,
+                                                      SETTINGS.ais_chains, SETTINGS.leapfrog,
+                                                      torch.Generator().manual_seed(9)))
+                      for q, t in zip(per_theta, thetas)])
+    assert ((got["log_px_ais"] - exact["log_px"]).abs() < 4 * ais_se + 0.01).all()
+    assert report["capped"] == 0 and report["capped_per_theta"] == 0
+
+
+def test_a_model_without_globals_has_no_coupling_gap():
+    """No global latent: one θ (none), and the approximation gap is ½ (Σ log Λ_ii − log det Λ) for every n."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        toy = LinearGaussian(N, DX, DZ, SIGMA, correlation=0.7)
+        with pyro.settings.context(module_local_params=True):
+            guide = AutoPerDatapointNormal(toy.model)
+            guide(toy.x)
+            settings = GapSettings(**{**vars(SETTINGS), "ais_steps": 0})
+            report = measure_gap(toy.model, guide, toy.x, settings=settings, seen=False)
+        got = {k: None if v is None else torch.tensor(v) for k, v in report["per_image"].items()}
+        best = (toy.posterior_mean(toy.x), toy.best_scale().expand(N, DZ))
+        joint = LocalJoint(toy.model, guide.structure, (toy.x,), {})
+        iwae_se, se = iwae_standard_error(joint, [best], [{}]), elbo_se(joint, best, {}, SETTINGS.samples, 7)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert got["elbo_guide"] is None and got["amortization_gap"] is None  # seen=False: no per-datapoint factor
+    assert ((got["log_px"] - toy.log_px(toy.x)).abs() < 4 * iwae_se + 1e-6).all()
+    assert ((got["approximation_gap"] - toy.approximation_gap()).abs() < 4 * iwae_se + OPT).all()
+    assert toy.approximation_gap() > 0.1  # the trivial answer fails
+    assert (got["coupling_gap"].abs() < 4 * math.sqrt(2) * se + 2 * OPT).all()  # two estimates of one optimum
