@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .autoguides.factors import AmortizedFactor
 from .gap import measure
-from .guides import AmortizedFactor, Guide, label
+from .guides import Guide, encoder, label
 from .local_elbo import log_weights
 from .settings import Checked, option
 
@@ -42,7 +43,7 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
     generator = torch.Generator(x.device).manual_seed(seed)
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
         torch.manual_seed(seed)  # the encoder's initialisation
-        factor = AmortizedFactor(x.shape[1], model.z_dim, width, layers, slope).to(x.device)
+        factor = AmortizedFactor(encoder(x.shape[1], model.z_dim, width, layers, slope)).to(x.device)
     optimizer = torch.optim.Adam(factor.parameters(), lr=training.encoder_lr)
     previous, epoch, window, converged, halved = -math.inf, 0, [], False, 0
     while epoch < training.max_epochs and not converged:

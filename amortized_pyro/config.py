@@ -16,8 +16,9 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
+from .autoguides.factors import REFINE_GRADS
 from .errors import AmortizedPyroError
-from .guides import GUIDES, QZ_INITS, REFINE_GRADS
+from .guides import GUIDES, QZ_INITS
 from .model import LIKELIHOODS, LOCAL_TERMS
 from .posterior import OBJECTIVES, THETA_INIT_SCALE
 from .settings import Checked, field_error, option

@@ -3,7 +3,7 @@
     q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias (posterior.py)
     q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
         amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
-        semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018: see SemiAmortizedFactor)
+        semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018)
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
@@ -13,108 +13,30 @@ studies' code starts them (``qz_init="random"``: per-datapoint μ ~ N(0, 1), log
 hidden layers of width k) starts with PyTorch's default Linear initialisation, from the global stream.
 Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`` holds all its parameters
 (``q_theta.loc_unconstrained``, ``q_theta.scale_unconstrained``, and ``q_z.loc``/``q_z.log_scale`` or
-``q_z.encoder.*``).
+``q_z.encoder.*``). The factors q(z_n) are the guide builders' own modules
+(:mod:`amortized_pyro.autoguides.factors`), sized here from the run's settings.
 """
 import contextlib
 import re
 from collections import namedtuple
 
 import torch
-from torch import nn
 
 import pyro
 
+from .autoguides.factors import AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
 from .errors import AmortizedPyroError
-from .local_elbo import refine
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 from .modules import LocalModule
 from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
 
 QZ_INITS = ("prior", "random")
-REFINE_GRADS = ("straight-through", "unrolled")
 
 
-class Encoder(nn.Module):
-    """x → width (→ width …, ``layers`` hidden layers, LeakyReLU of negative slope ``slope``) → (loc,
-    log-scale) heads of size z_dim."""
-
-    def __init__(self, x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
-        super().__init__()
-        sizes = [x_dim] + [width] * layers
-        self.body = nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
-                                    for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
-        self.loc = nn.Linear(width, z_dim)
-        self.log_scale = nn.Linear(width, z_dim)
-
-    def forward(self, x):
-        h = self.body(x)
-        return self.loc(h), self.log_scale(h).exp()
-
-
-class AmortizedFactor(LocalModule):
-    """A-VI: (μ_n, σ_n) = encoder_φ(x_n)."""
-
-    can_infer_unseen = True
-
-    def __init__(self, x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
-        super().__init__()
-        self.encoder = Encoder(x_dim, z_dim, width, layers, slope)
-
-    def forward(self, x, idx, theta=None, generator=None):
-        return self.encoder(x)
-
-
-class SemiAmortizedFactor(AmortizedFactor):
-    """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
-    ``lr``, one draw of z each) on the local ELBO at the θ the guide has just drawn (when evaluating: at the
-    θ it is given, E_q[θ] or the gap's draws), by :func:`amortized_pyro.local_elbo.refine`. The refined
-    factor's values are used. Gradients reach the encoder (``grad``) ``straight-through``: μ = μ_0 +
-    stop_grad(μ_k − μ_0) (likewise log σ), as if the steps were the identity, which vanishes with the
-    refined factor's gradient as refinement succeeds; or ``unrolled``: through every step, as Kim et al.
-    do (the steps stay on the autograd graph). θ is held fixed in both: q(θ) gets the gradient at the
-    refined factor only. A training step costs about (1 + steps) decoder passes straight-through, more
-    unrolled (BENCHMARKS.md)."""
-
-    def __init__(self, x_dim, z_dim, width, layers, steps, lr, log_joint, slope=LEAKY_SLOPE, grad="straight-through"):
-        super().__init__(x_dim, z_dim, width, layers, slope)
-        self.steps, self.lr, self.log_joint, self.grad = steps, lr, log_joint, grad
-
-    def forward(self, x, idx, theta=None, generator=None):
-        loc0, scale0 = self.encoder(x)
-        if not self.steps or theta is None:
-            return loc0, scale0
-        theta = [{k: v.detach() for k, v in one.items()} for one in theta] if isinstance(theta, list) else \
-            {k: v.detach() for k, v in theta.items()}
-        unrolled = self.grad == "unrolled"
-        loc, log_scale = refine(self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1, generator,
-                                unrolled)
-        if unrolled:
-            return loc, log_scale.exp()
-        return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
-
-
-class FreeFactor(LocalModule):
-    """Free parameters (μ, log σ): one row per training observation, picked out by idx (F-VI, ``rows=N``),
-    or one row for every observation (constant-VI, ``rows=None``). Only the rows in use are exponentiated.
-    ``init`` is "prior" or "random" (see the module docstring)."""
-
-    def __init__(self, rows, z_dim, init="prior", seed=0):
-        super().__init__()
-        self.per_datapoint = rows is not None
-        self.can_infer_unseen = not self.per_datapoint
-        shape = (z_dim,) if rows is None else (rows, z_dim)
-        loc, log_scale = torch.zeros(shape), torch.zeros(shape)
-        if init == "random":  # a generator of its own, on the CPU: the same start on every device
-            generator = torch.Generator().manual_seed(seed)
-            loc = torch.randn(shape, generator=generator)
-            log_scale = torch.randn(shape, generator=generator) - (1.0 if self.per_datapoint else 0.0)
-        self.loc, self.log_scale = nn.Parameter(loc), nn.Parameter(log_scale)
-
-    def forward(self, x, idx, theta=None, generator=None):
-        if self.per_datapoint:
-            return self.loc[idx], self.log_scale[idx].exp()
-        batch = (idx.shape[0],) + tuple(self.loc.shape)
-        return self.loc.expand(batch), self.log_scale.exp().expand(batch)
+def encoder(x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
+    """The package's encoder: x → width (→ width …, ``layers`` hidden layers, LeakyReLU of negative slope
+    ``slope``) → (loc, log-scale) heads of size z_dim, from torch's default initialisation."""
+    return Encoder(mlp(x_dim, width, layers, slope), width if layers else x_dim, z_dim)
 
 
 class Guide(LocalModule):
@@ -226,12 +148,12 @@ def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_s
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     if family == "amortized":
-        q_z = AmortizedFactor(x_dim, z_dim, width, encoder_layers, encoder_slope)
+        q_z = AmortizedFactor(encoder(x_dim, z_dim, width, encoder_layers, encoder_slope))
     elif family == "semi-amortized":
         if log_joint is None:
             raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
-        q_z = SemiAmortizedFactor(x_dim, z_dim, width, encoder_layers, refine_steps, refine_lr, log_joint,
-                                  encoder_slope, refine_grad)
+        q_z = SemiAmortizedFactor(encoder(x_dim, z_dim, width, encoder_layers, encoder_slope), refine_steps,
+                                  refine_lr, log_joint, refine_grad)
     else:
         q_z = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
     q_theta = DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale)

@@ -63,8 +63,8 @@ def measured():
             part.scales.W = torch.full_like(toy.W, 0.45)  # wide: the posterior of z_n moves with θ
             part.locs.sigma = torch.tensor(math.log(SIGMA))
             part.scales.sigma = torch.tensor(0.1)
-            guide.loc.copy_(toy.posterior_mean(toy.x) + 0.4)  # the guide's factors: away from the best ones
-            guide.log_scale.fill_(-1.0)
+            guide.q_z.loc.copy_(toy.posterior_mean(toy.x) + 0.4)  # the guide's factors: away from the best ones
+            guide.q_z.log_scale.fill_(-1.0)
         report = measure_gap(toy.model, guide, toy.x, settings=SETTINGS)
         thetas = global_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure_gap's draws
         yield toy, guide, report, thetas
@@ -76,7 +76,7 @@ def test_gaps_of_a_users_model_match_closed_forms(measured):
     got = {k: torch.tensor(v) for k, v in report["per_image"].items()}
     at = [toy.at(t["W"], t["sigma"]) for t in thetas]
     x = toy.x
-    factor = (guide.loc.detach(), guide.log_scale.detach().exp())
+    factor = (guide.q_z.loc.detach(), guide.q_z.log_scale.detach().exp())
     # q*: the stationary point of the mean over draws of the quadratic local ELBOs
     precision = torch.stack([m.precision() for m in at]).mean(0)
     star = (torch.linalg.solve(precision, torch.stack([m.W.T @ (x - m.b).T / m.sigma ** 2 for m in at]).mean(0)).T,
@@ -137,3 +137,22 @@ def test_a_model_without_globals_has_no_coupling_gap():
     assert ((got["approximation_gap"] - toy.approximation_gap()).abs() < 4 * iwae_se + OPT).all()
     assert toy.approximation_gap() > 0.1  # the trivial answer fails
     assert (got["coupling_gap"].abs() < 4 * math.sqrt(2) * se + 2 * OPT).all()  # two estimates of one optimum
+
+
+def test_trace_read_log_joint_equals_the_package_models_own():
+    """On the package's model, the log joint read off its trace (the path any model takes) equals its
+    hand-written local_log_joint, draw for draw: the generic gap scores what the package's gap scores."""
+    from pyro import poutine
+
+    from amortized_pyro.autoguides.structure import read_structure
+    from amortized_pyro.model import BayesianDecoderModel
+    torch.manual_seed(0)
+    for likelihood in ("normal", "bernoulli"):
+        model = BayesianDecoderModel(30, 12, 3, 5, obs_scale=0.3, likelihood=likelihood)
+        x, idx = torch.rand(6, 12).round(), torch.arange(10, 16)
+        structure = read_structure(poutine.trace(model).get_trace(x, idx), "data")
+        assert [s.name for s in structure.locals] == ["z"] and len(structure.globals) == 6
+        theta = {name: 0.5 * torch.randn(shape) for name, shape in model.shapes.items()}
+        z = torch.randn(4, 6, 3)
+        got = LocalJoint(model, structure, (x, idx), {})(None, z, theta)
+        assert torch.allclose(got, model.local_log_joint(x, z, theta), rtol=1e-6, atol=1e-5)

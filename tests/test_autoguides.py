@@ -135,7 +135,7 @@ def test_builder_equals_handwritten_encoder_guide_on_a_vae(global_param_store):
     guide = AutoAmortizedNormal(vae.model, encoder=vae.body, init_scale=1.0)
     guide(x)
     with torch.no_grad():
-        for head, own in ((guide.loc_head, vae.loc), (guide.log_scale_head, vae.log_scale)):
+        for head, own in ((guide.q_z.encoder.loc, vae.loc), (guide.q_z.encoder.log_scale, vae.log_scale)):
             head.weight.copy_(own.weight)
             head.bias.copy_(own.bias)
     losses, grads = [], []

@@ -10,7 +10,6 @@ datapoints, by :meth:`AutoLocalGuide.local_factor`; everything else (reading the
 sampling, the gap's access to q) lives here once.
 """
 import contextlib
-import math
 
 import torch
 
@@ -41,8 +40,6 @@ class AutoLocalGuide(AutoGuide):
         data plate (and others). Without it the model is run up to its data plate at each call to read the
         plate's size and subsample indices.
     """
-
-    can_infer_unseen = True  # whether the family has a factor for datapoints it was not trained on
 
     def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", create_plates=None):
         if globals not in GLOBAL_GUIDES:
@@ -125,6 +122,11 @@ class AutoLocalGuide(AutoGuide):
         return base if site.is_real else dist.TransformedDistribution(base, site.transform)
 
     # ---- access for measurement ---------------------------------------------------------------------------
+    @property
+    def can_infer_unseen(self):
+        """Whether the family has a factor for datapoints it was not trained on (not per-datapoint)."""
+        return self.q_z.can_infer_unseen
+
     @torch.no_grad()
     def global_mean(self):
         """The median of q(θ) (its mean in unconstrained space), site → tensor; {} without global sites."""
@@ -158,8 +160,3 @@ class AutoLocalGuide(AutoGuide):
             self._setup_prototype(*args, **kwargs)
         with poutine.block():
             return self._create_plates(*args, **kwargs)[self.plate].indices
-
-
-def log_init_scale(init_scale, shape, device):
-    """A tensor of log σ₀ in ``shape``."""
-    return torch.full(shape, math.log(init_scale), device=device)

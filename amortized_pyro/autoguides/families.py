@@ -1,4 +1,5 @@
-"""The four families of q(z_n), each a guide builder for any model (see :mod:`.base`):
+"""The four families of q(z_n), each a guide builder for any model (see :mod:`.base`); their factors are the
+modules of :mod:`.factors`, sized from the model's trace:
 
     AutoAmortizedNormal       (μ_n, log σ_n) = heads(encoder(x_n))                           A-VI
     AutoSemiAmortizedNormal   the amortized factor refined by Adam steps on the local ELBO   SA-VI (Kim et al. 2018)
@@ -14,19 +15,16 @@ import torch
 from torch import nn
 
 from ..errors import AmortizedPyroError
-from ..local_elbo import refine
-from .base import DEFAULT_INIT_SCALE, AutoLocalGuide, log_init_scale
+from .base import DEFAULT_INIT_SCALE, AutoLocalGuide
+from .factors import REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
 from .local_joint import LocalJoint
 
-REFINE_GRADS = ("straight-through", "unrolled")
-DEFAULT_WIDTH, DEFAULT_LAYERS, LEAKY_SLOPE = 128, 2, 0.2
+DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 
 
 def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS):
     """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]."""
-    sizes = [x_dim] + [width] * layers
-    return nn.Sequential(nn.Flatten(), *[module for d_in, d_out in zip(sizes, sizes[1:])
-                                         for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(LEAKY_SLOPE))])
+    return nn.Sequential(nn.Flatten(), mlp(x_dim, width, layers))
 
 
 class AutoPerDatapointNormal(AutoLocalGuide):
@@ -35,20 +33,15 @@ class AutoPerDatapointNormal(AutoLocalGuide):
 
     Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
 
-    can_infer_unseen = False
-
     def _setup_local(self, indices, args, kwargs, device):
-        self.n_datapoints = self.structure.full_size
-        shape = (self.n_datapoints, self.structure.size)
-        self.loc = nn.Parameter(torch.zeros(shape, device=device))
-        self.log_scale = nn.Parameter(log_init_scale(self.init_scale, shape, device))
+        self.q_z = FreeFactor(self.structure.full_size, self.structure.size, init_scale=self.init_scale, device=device)
 
     def local_factor(self, indices, args, kwargs, theta):
         size = self.plates[self.plate].size
-        if size != self.n_datapoints:
+        if size != self.structure.full_size:
             raise AmortizedPyroError("this per-datapoint guide was built for the %d datapoints of plate %r; this "
-                                     "call's plate has %d" % (self.n_datapoints, self.plate, size))
-        return self.loc[indices], self.log_scale[indices].exp()
+                                     "call's plate has %d" % (self.structure.full_size, self.plate, size))
+        return self.q_z(None, indices)
 
 
 class AutoSharedNormal(AutoLocalGuide):
@@ -57,12 +50,10 @@ class AutoSharedNormal(AutoLocalGuide):
     Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
 
     def _setup_local(self, indices, args, kwargs, device):
-        self.loc = nn.Parameter(torch.zeros(self.structure.size, device=device))
-        self.log_scale = nn.Parameter(log_init_scale(self.init_scale, (self.structure.size,), device))
+        self.q_z = FreeFactor(None, self.structure.size, init_scale=self.init_scale, device=device)
 
     def local_factor(self, indices, args, kwargs, theta):
-        batch = (len(indices), self.structure.size)
-        return self.loc.expand(batch), self.log_scale.exp().expand(batch)
+        return self.q_z(None, indices)
 
 
 class AutoAmortizedNormal(AutoLocalGuide):
@@ -86,8 +77,7 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if width < 1 or layers < 0:
             raise AmortizedPyroError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
         self.encoder_input, self.width, self.layers = encoder_input, width, layers
-        if encoder is not None:
-            self.encoder = encoder
+        self._body = (encoder,)  # not a child until the factor is built around it
 
     def encoder_data(self, indices, args, kwargs):
         """The plate's data for the datapoints ``indices`` of this call: [B, ...]."""
@@ -108,36 +98,34 @@ class AutoAmortizedNormal(AutoLocalGuide):
         raise AmortizedPyroError("the encoder's input has %d rows; the plate %r has %d datapoints in this batch "
                                  "of %d" % (data.shape[0], self.plate, len(indices), self.structure.full_size))
 
-    def _setup_local(self, indices, args, kwargs, device):
-        data = self.encoder_data(indices, args, kwargs)
-        if "encoder" not in self._modules:
-            self.encoder = default_encoder(math.prod(data.shape[1:]), self.width, self.layers).to(device)
+    def _encoder(self, data, device):
+        """The :class:`~.factors.Encoder` around the user's body (or the default one) for this data."""
+        body = self._body[0]
+        if body is None:
+            body = default_encoder(math.prod(data.shape[1:]), self.width, self.layers).to(device)
         try:
             with torch.no_grad():
-                features = self.encoder(data)
+                features = body(data)
         except RuntimeError as error:
             raise AmortizedPyroError("the encoder cannot take the plate's data of shape %s: %s"
                                      % (tuple(data.shape), str(error).splitlines()[0])) from None
         if features.dim() != 2 or features.shape[0] != data.shape[0]:
             raise AmortizedPyroError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
                                      % (tuple(features.shape), tuple(data.shape)))
-        self.loc_head = nn.Linear(features.shape[1], self.structure.size).to(device)
-        self.log_scale_head = nn.Linear(features.shape[1], self.structure.size).to(device)
-        with torch.no_grad():
-            self.log_scale_head.bias.add_(math.log(self.init_scale))
+        return Encoder(body, features.shape[1], self.structure.size, self.init_scale).to(device)
+
+    def _setup_local(self, indices, args, kwargs, device):
+        self.q_z = AmortizedFactor(self._encoder(self.encoder_data(indices, args, kwargs), device))
 
     def local_factor(self, indices, args, kwargs, theta):
-        features = self.encoder(self.encoder_data(indices, args, kwargs))
-        return self.loc_head(features), self.log_scale_head(features).exp()
+        return self.q_z(self.encoder_data(indices, args, kwargs), indices)
 
 
 class AutoSemiAmortizedNormal(AutoAmortizedNormal):
-    """SA-VI (Kim et al. 2018): the amortized factor (μ_0, log σ_0) refined by ``steps`` Adam steps (learning
-    rate ``lr``, one draw of z each) on the local ELBO at the global values the guide has just drawn (held
-    fixed: q(θ) gets the gradient at the refined factor only). The gradient reaches the encoder
-    ``straight-through`` (μ = μ_0 + stop_grad(μ_k − μ_0), likewise log σ) or ``unrolled`` through every step
-    (Kim et al.; steps by :class:`~amortized_pyro.local_elbo.SmoothAdam`). The local ELBO is the model's own,
-    read off its trace (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`).
+    """SA-VI (Kim et al. 2018): the amortized factor refined by ``steps`` Adam steps (learning rate ``lr``,
+    one draw of z each) on the model's own local ELBO, read off its trace
+    (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`), at the global values the guide has just
+    drawn; see :class:`~amortized_pyro.autoguides.factors.SemiAmortizedFactor`.
 
     :param int steps: refinement steps (0: the amortized guide).
     :param float lr: their learning rate.
@@ -153,19 +141,13 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
                                      % (", ".join(REFINE_GRADS), steps, lr, grad))
         self.steps, self.lr, self.grad = steps, lr, grad
 
+    def _setup_local(self, indices, args, kwargs, device):
+        encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
+        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad)
+
     def local_factor(self, indices, args, kwargs, theta):
-        loc0, scale0 = super().local_factor(indices, args, kwargs, theta)
-        if not self.steps:
-            return loc0, scale0
-        detach = (lambda one: {k: v.detach() for k, v in one.items()})
-        theta = [detach(one) for one in theta] if isinstance(theta, list) else detach(theta)
         log_joint = LocalJoint(self.model, self.structure, args, kwargs, indices)
-        unrolled = self.grad == "unrolled"
-        loc, log_scale = refine(log_joint, loc0, loc0, scale0.log(), theta, self.lr, self.steps, 1, self.refine_generator,
-                                unrolled)
-        if unrolled:
-            return loc, log_scale.exp()
-        return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
+        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint)
 
 
 AUTOGUIDES = {"amortized": AutoAmortizedNormal, "semi-amortized": AutoSemiAmortizedNormal,

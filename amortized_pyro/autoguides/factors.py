@@ -1,0 +1,111 @@
+"""The factors q(u_n) = N(μ_n, diag σ_n²) of the four families, as modules: ``factor(x, idx, theta, generator)``
+→ (μ, σ) [B, size] for the datapoints ``idx`` with data ``x`` [B, ...]. One home for both the guide builders
+(:mod:`.families`, which size them from a model's trace) and the package's own guides
+(:mod:`amortized_pyro.guides`, which size them from its settings).
+
+    AmortizedFactor       (μ_n, log σ_n) = heads(body(x_n))                        A-VI
+    SemiAmortizedFactor   the amortized factor refined by Adam on the local ELBO   SA-VI (Kim et al. 2018)
+    FreeFactor            free (μ_n, log σ_n) per datapoint (rows = N), or one row for all   F-VI, constant-VI
+"""
+import math
+
+import torch
+from torch import nn
+
+from ..local_elbo import refine
+
+LEAKY_SLOPE = 0.2
+REFINE_GRADS = ("straight-through", "unrolled")
+
+
+def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):
+    """(Linear → LeakyReLU(slope)) × ``layers``: x_dim → width → … → width."""
+    sizes = [x_dim] + [width] * layers
+    return nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
+                           for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
+
+
+class Encoder(nn.Module):
+    """data → ``body`` → features [B, F] → (loc, scale) heads of size ``size``, scale = exp(log-scale head),
+    the log-scale head's bias shifted by log ``init_scale`` (1: torch's default initialization, unshifted)."""
+
+    def __init__(self, body, features, size, init_scale=1.0):
+        super().__init__()
+        self.body = body
+        self.loc = nn.Linear(features, size)
+        self.log_scale = nn.Linear(features, size)
+        if init_scale != 1.0:
+            with torch.no_grad():
+                self.log_scale.bias.add_(math.log(init_scale))
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.loc(h), self.log_scale(h).exp()
+
+
+class AmortizedFactor(nn.Module):
+    """A-VI: (μ_n, σ_n) = encoder(x_n), an :class:`Encoder`."""
+
+    can_infer_unseen = True
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x, idx, theta=None, generator=None):
+        return self.encoder(x)
+
+
+class SemiAmortizedFactor(AmortizedFactor):
+    """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
+    ``lr``, one draw of z each, from ``generator``) on the local ELBO at ``theta`` (the θ the guide has just
+    drawn; when evaluating, E_q[θ] or the gap's draws; a list: their mean objective), by
+    :func:`amortized_pyro.local_elbo.refine`, with ``log_joint(x, z, θ)`` the model's per-datapoint local
+    log joint (given at construction, or per call). The refined factor's values are used. Gradients reach the
+    encoder (``grad``) ``straight-through``: μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), as if the steps
+    were the identity; or ``unrolled``: through every step, as Kim et al. do. θ is held fixed in both: q(θ)
+    gets the gradient at the refined factor only. A training step costs about (1 + steps) decoder passes
+    straight-through, more unrolled (BENCHMARKS.md)."""
+
+    def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through"):
+        super().__init__(encoder)
+        self.steps, self.lr, self.log_joint, self.grad = steps, lr, log_joint, grad
+
+    def forward(self, x, idx, theta=None, generator=None, log_joint=None):
+        loc0, scale0 = self.encoder(x)
+        if not self.steps or theta is None:
+            return loc0, scale0
+        detach = (lambda one: {k: v.detach() for k, v in one.items()})
+        theta = [detach(one) for one in theta] if isinstance(theta, list) else detach(theta)
+        unrolled = self.grad == "unrolled"
+        loc, log_scale = refine(log_joint or self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1,
+                                generator, unrolled)
+        if unrolled:
+            return loc, log_scale.exp()
+        return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
+
+
+class FreeFactor(nn.Module):
+    """Free parameters (μ, log σ): one row per datapoint, picked out by idx (F-VI, ``rows=N``), or one row
+    for every datapoint (constant-VI, ``rows=None``). Only the rows in use are exponentiated. ``init``:
+    "prior" (μ = 0, log σ = log ``init_scale``) or "random" (the studies' code: per-datapoint μ ~ N(0, 1),
+    log σ ~ N(0, 1) − 1; shared μ, log σ ~ N(0, 1)), drawn from a CPU generator seeded with ``seed`` so
+    that every device starts alike."""
+
+    def __init__(self, rows, size, init="prior", seed=0, init_scale=1.0, device=None):
+        super().__init__()
+        self.per_datapoint = rows is not None
+        self.can_infer_unseen = not self.per_datapoint
+        shape = (size,) if rows is None else (rows, size)
+        loc, log_scale = torch.zeros(shape), torch.full(shape, math.log(init_scale))
+        if init == "random":
+            generator = torch.Generator().manual_seed(seed)
+            loc = torch.randn(shape, generator=generator)
+            log_scale = torch.randn(shape, generator=generator) - (1.0 if self.per_datapoint else 0.0)
+        self.loc, self.log_scale = nn.Parameter(loc.to(device)), nn.Parameter(log_scale.to(device))
+
+    def forward(self, x, idx, theta=None, generator=None):
+        if self.per_datapoint:
+            return self.loc[idx], self.log_scale[idx].exp()
+        batch = (idx.shape[0],) + tuple(self.loc.shape)
+        return self.loc.expand(batch), self.log_scale.exp().expand(batch)
