@@ -87,7 +87,7 @@ class WithGlobals(LinearGaussian):
         with pyro.plate("data", len(x)):
             z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([self.dz]).to_event(1))
             mean = (z.unsqueeze(-2) @ W.transpose(-1, -2)).squeeze(-2) + self.b
-            pyro.sample("x", dist.Normal(mean, sigma.unsqueeze(-1).unsqueeze(-1)).to_event(1), obs=x)
+            pyro.sample("x", dist.Normal(mean, sigma.unsqueeze(-1)).to_event(1), obs=x)  # σ: [] or [P, 1]
 
 
 class VAE(nn.Module):

@@ -30,15 +30,20 @@ class AutoLocalGuide(AutoGuide):
     Gaussian factor per datapoint over the local ones, whose parameters the subclass provides.
 
     :param callable model: a Pyro model whose local latent sites sit inside ``pyro.plate(plate, N, ...)``
-        (subsampled with ``subsample=idx`` or ``subsample_size=B``, or not) and whose global latent sites
-        sit outside it.
+        (subsampled with ``subsample=idx`` or ``subsample_size=B``, or not), indexed by that plate alone (a
+        local site that also varies over a nested plate is refused), and whose global latent sites sit
+        outside it.
     :param str plate: the name of the data plate.
-    :param float init_scale: the initial standard deviation of every factor (in unconstrained space).
+    :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
+        (per-datapoint, shared) and of AutoNormal's global factors; an encoder's initial σ_n is
+        ``init_scale`` times exp of its log-scale head at torch's default initialization.
     :param str globals: ``"normal"`` (mean-field Normal, AutoNormal) or ``"delta"`` (point estimates,
         AutoDelta) for the global latent sites; unused where the model has none.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
-        data plate (and others). Without it the model is run up to its data plate at each call to read the
-        plate's size and subsample indices.
+        data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,
+        its sample sites at their prototype values: what it computes before the plate is computed twice per
+        step) to read the plate's size and subsample indices. As a part of Pyro's ``AutoGuideList`` the
+        guide takes the list's plates, so give the list the ``create_plates`` of a subsampled model.
     """
 
     def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", create_plates=None):
@@ -56,7 +61,8 @@ class AutoLocalGuide(AutoGuide):
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
         super()._setup_prototype(*args, **kwargs)
-        self.structure = read_structure(self.prototype_trace, self.plate)
+        full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # observed sites too
+        self.structure = read_structure(full, self.plate)
         self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
         if self.structure.globals:
             hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
@@ -64,16 +70,29 @@ class AutoLocalGuide(AutoGuide):
             self.global_guide = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
         with poutine.block():  # the prototype call's plates, seen by nobody
             indices = self._create_plates(*args, **kwargs)[self.plate].indices
-        self._setup_local(indices, args, kwargs, self._device())
+        self._setup_local(indices, args, kwargs, self._device(full))
 
     def _check_prototype(self, part_trace):
         """Called by the global part (Pyro's master-guide protocol): its sites must be this model's."""
         for name, _ in part_trace.iter_stochastic_nodes():
             assert name in self.prototype_trace.nodes, name
 
-    def _device(self):
-        values = [site["value"] for site in self.prototype_trace.nodes.values() if torch.is_tensor(site.get("value"))]
-        return values[0].device if values else torch.device("cpu")
+    def _device(self, trace):
+        """Where the local parameters go: the device of the plate's data (its first observed site), else of
+        its local values (a float prior's draws may sit on the CPU beside CUDA data: looked at last)."""
+        in_plate = [site for site in trace.nodes.values() if site["type"] == "sample" and torch.is_tensor(site["value"])
+                    and self.plate in [frame.name for frame in site["cond_indep_stack"]]]
+        ranked = [site for site in in_plate if site["is_observed"]] + in_plate
+        return ranked[0]["value"].device if ranked else torch.device("cpu")
+
+    def _create_plates(self, *args, **kwargs):
+        if self.master is not None:  # a part of an AutoGuideList: its plates (Pyro's protocol)
+            self.plates = self.master().plates
+            return self.plates
+        if self._model is None:
+            raise AmortizedPyroError("this guide was unpickled without its model (Pyro's autoguides drop it): build "
+                                     "the guide again on the model and load its state_dict")
+        return super()._create_plates(*args, **kwargs)
 
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this

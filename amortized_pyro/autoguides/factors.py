@@ -71,10 +71,14 @@ class SemiAmortizedFactor(AmortizedFactor):
         super().__init__(encoder)
         self.steps, self.lr, self.log_joint, self.grad = steps, lr, log_joint, grad
 
-    def forward(self, x, idx, theta=None, generator=None, log_joint=None):
+    def forward(self, x, idx, theta=None, generator=None, log_joint=None, particles=1):
+        """(μ, σ) [B, size], or [particles, B, size] refined at each of θ's ``particles`` (vectorized
+        particles: θ's values carry a leading dimension of that size)."""
         loc0, scale0 = self.encoder(x)
         if not self.steps or theta is None:
             return loc0, scale0
+        if particles > 1:
+            loc0, scale0 = loc0.expand((particles,) + loc0.shape), scale0.expand((particles,) + scale0.shape)
         detach = (lambda one: {k: v.detach() for k, v in one.items()})
         theta = [detach(one) for one in theta] if isinstance(theta, list) else detach(theta)
         unrolled = self.grad == "unrolled"

@@ -91,15 +91,23 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if not torch.is_tensor(data) or data.dim() == 0:
             raise AmortizedPyroError("the encoder's input (model argument %r) is not a tensor of datapoints"
                                      % self.encoder_input)
-        if data.shape[0] == len(indices):
-            return data
-        if data.shape[0] == self.structure.full_size:
+        rows, batch, full = data.shape[0], len(indices), self.structure.full_size
+        if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
             return data.index_select(0, indices.to(data.device))
+        if rows == batch and batch != full:  # the batch, in the plate's order
+            return data
+        if rows == batch == full:  # every datapoint: ambiguous only where the plate's order is not 0..N-1
+            if not torch.equal(indices.cpu(), torch.arange(full)):
+                raise AmortizedPyroError("the plate %r takes all %d datapoints in another order than its data's rows; "
+                                         "give encoder_input=a function of the model's arguments returning the "
+                                         "rows in the plate's order" % (self.plate, full))
+            return data
         raise AmortizedPyroError("the encoder's input has %d rows; the plate %r has %d datapoints in this batch "
-                                 "of %d" % (data.shape[0], self.plate, len(indices), self.structure.full_size))
+                                 "of %d" % (rows, self.plate, batch, full))
 
     def _encoder(self, data, device):
-        """The :class:`~.factors.Encoder` around the user's body (or the default one) for this data."""
+        """The :class:`~.factors.Encoder` around the user's body (left where the user put it) or the default
+        one (on ``device``) for this data; its heads on the features' device."""
         body = self._body[0]
         if body is None:
             body = default_encoder(math.prod(data.shape[1:]), self.width, self.layers).to(device)
@@ -112,7 +120,9 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if features.dim() != 2 or features.shape[0] != data.shape[0]:
             raise AmortizedPyroError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
                                      % (tuple(features.shape), tuple(data.shape)))
-        return Encoder(body, features.shape[1], self.structure.size, self.init_scale).to(device)
+        encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale)
+        encoder.loc.to(features.device), encoder.log_scale.to(features.device)
+        return encoder
 
     def _setup_local(self, indices, args, kwargs, device):
         self.q_z = AmortizedFactor(self._encoder(self.encoder_data(indices, args, kwargs), device))
@@ -147,7 +157,16 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
 
     def local_factor(self, indices, args, kwargs, theta):
         log_joint = LocalJoint(self.model, self.structure, args, kwargs, indices)
-        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint)
+        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint,
+                        self.particles(theta))
+
+    def particles(self, theta):
+        """How many particles the global values carry (vectorized particles: [P, 1…, *event]); 1 otherwise."""
+        if isinstance(theta, list):
+            return 1
+        nesting = self.structure.max_plate_nesting
+        return max([value.shape[0] for name, value in theta.items()
+                    if value.dim() - self.structure.globals[name] > nesting], default=1)
 
 
 AUTOGUIDES = {"amortized": AutoAmortizedNormal, "semi-amortized": AutoSemiAmortizedNormal,

@@ -6,6 +6,8 @@ summed over every site inside the data plate (the local latents and the observat
 plate element. With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
 per-datapoint optimizers of :mod:`amortized_pyro.local_elbo` and the estimators of :mod:`amortized_pyro.gap`
 work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
+Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up, tempering),
+are left out, so the gap is that of the untempered per-datapoint ELBO.
 """
 import math
 
@@ -38,11 +40,9 @@ class LocalJoint:
         draws = math.prod(lead)
         # the leading dimensions of u become one batch dimension of ``draws`` left of all the model's plates
         # (no plate: a guide's particle plate may hold that dim while SA-VI refines inside the guide)
-        shape = (draws,) + (1,) * (structure.max_plate_nesting + structure.dim)
-        data, log_det = {}, 0.0
+        values, data, log_det = structure.split(u.reshape((draws, batch, structure.size))), {}, 0.0
         for site in structure.locals:
-            value = structure.split(u.reshape((draws, batch, structure.size)))[site.name]
-            value = value.reshape(shape + tuple(value.shape[1:]))
+            value = values[site.name]
             if not site.is_real:
                 constrained = site.transform(value)
                 jacobian = site.transform.log_abs_det_jacobian(value, constrained)
@@ -75,9 +75,9 @@ class LocalJoint:
                 continue
             if structure.plate not in [frame.name for frame in site["cond_indep_stack"]]:
                 continue
-            log_p = site["fn"].log_prob(site["value"])
-            if site["mask"] is not None:
-                log_p = log_p * site["mask"]
+            log_p = site["fn"].log_prob(site["value"])  # unscaled: the plate's N/B (and any poutine.scale) left out
+            if site["mask"] is not None:  # a bool or a bool tensor: masked terms count 0, even where -inf
+                log_p = torch.where(torch.as_tensor(site["mask"], device=log_p.device), log_p, torch.zeros_like(log_p))
             log_p = log_p.reshape((1,) * (nesting - log_p.dim()) + tuple(log_p.shape))
             keep = (0, nesting + structure.dim)  # the draws' dim and the plate's
             others = [d for d in range(nesting) if d not in keep]

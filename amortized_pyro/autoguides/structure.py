@@ -15,6 +15,7 @@ from torch.distributions import biject_to
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.subsample_messenger import _Subsample
+from pyro.poutine.util import prune_subsample_sites
 
 from ..errors import AmortizedPyroError
 
@@ -63,16 +64,21 @@ class Structure:
         return torch.Size([batch] + [1] * (-self.dim - 1))
 
     def split(self, flat):
-        """Flat [..., B, size] → site → [..., B, 1…, *unconstrained_shape] (the plate's dim in place)."""
+        """Flat [*lead, B, size] → site → its unconstrained values with the plate's dim in place and the
+        leading dimensions (draws, particles) flattened into one, left of all the model's plates:
+        [B, 1…, *unconstrained_shape] without lead, [L, 1…, B, 1…, *unconstrained_shape] with."""
         lead, batch = flat.shape[:-2], flat.shape[-2]
-        return {site.name: flat[..., site.start:site.stop].reshape(lead + self.batch_shape(batch)
+        outer = (math.prod(lead),) + (1,) * (self.max_plate_nesting + self.dim) if lead else ()
+        return {site.name: flat[..., site.start:site.stop].reshape(outer + self.batch_shape(batch)
                                                                      + site.unconstrained_shape)
                 for site in self.locals}
 
 
 def read_structure(trace, plate):
-    """The :class:`Structure` of a model's prototype trace (``poutine.trace(model).get_trace(...)``) for its
-    plate ``plate``; one line of :class:`AmortizedPyroError` where a guide builder cannot serve the model."""
+    """The :class:`Structure` of a model's trace (``poutine.trace(model).get_trace(...)``, observed sites
+    included: a plate holding only observations counts in the nesting) for its plate ``plate``; one line of
+    :class:`AmortizedPyroError` where a guide builder cannot serve the model."""
+    trace = prune_subsample_sites(trace)
     frames = {frame.name: frame for _, site in trace.iter_stochastic_nodes() for frame in site["cond_indep_stack"]}
     frames.update({frame.name: frame for site in trace.nodes.values() if site["type"] == "sample"
                    for frame in site["cond_indep_stack"]})
@@ -95,9 +101,10 @@ def read_structure(trace, plate):
         batch = torch.Size([1] * (-frame.dim - len(batch))) + batch if len(batch) < -frame.dim else batch
         inner = batch[len(batch) + frame.dim + 1:]
         if any(size != 1 for size in batch[:len(batch) + frame.dim]) or any(size != 1 for size in inner):
-            raise AmortizedPyroError("the local site %r varies over a plate other than %r (batch shape %s): "
-                                     "only the data plate may index a local site" % (name, plate, tuple(batch)))
-        transform = biject_to(fn.support)
+            raise AmortizedPyroError("the local site %r has batch shape %s: only the plate %r may index a local "
+                                     "site (a nested plate, or a dimension missing .to_event?)"
+                                     % (name, tuple(batch), plate))
+        transform = biject_to(fn.support).with_cache()  # log q of a draw without inverting the transform
         event_shape = fn.event_shape
         unconstrained = torch.Size(transform.inv.forward_shape(event_shape))
         stop = start + max(1, math.prod(unconstrained))
