@@ -21,10 +21,13 @@ import re
 from collections import namedtuple
 
 import torch
+from torch.distributions import biject_to, constraints
 
 import pyro
 
+from .autoguides.base import AutoLocalGuide
 from .autoguides.factors import AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
+from .autoguides.structure import LocalSite, Structure
 from .errors import AmortizedPyroError
 from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
 from .modules import LocalModule
@@ -39,17 +42,38 @@ def encoder(x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
     return Encoder(mlp(x_dim, width, layers, slope), width if layers else x_dim, z_dim)
 
 
-class Guide(LocalModule):
+class Guide(LocalModule, AutoLocalGuide):
     """The guide ``guide(x, idx, kl_scale=None, x_all=None)``: θ ~ q(θ), then z_n ~ q(z_n) inside the
     subsampled ``data`` plate (``local_terms="minibatch"``), or for all N images x_all inside the plate
     ``latents`` (``"all"``, as the model). ``q_theta`` is q(θ) (:class:`DecoderPosterior`), ``q_z`` the
-    family's factor q(z_n); both are scored as ``objective`` says (:func:`~amortized_pyro.posterior.q_normal`)."""
+    family's factor q(z_n); both are scored as ``objective`` says (:func:`~amortized_pyro.posterior.q_normal`).
+
+    A guide builder (:class:`~amortized_pyro.autoguides.AutoLocalGuide`) whose structure is known from its
+    parts rather than read off a trace, so that :func:`~amortized_pyro.autoguides.measure_gap` and every
+    builder's access work on it; its own ``forward`` keeps the studies' options that the builders do not
+    offer (the warm-up's ``kl_scale``, ``local_terms="all"``, the ``reference`` objective)."""
 
     def __init__(self, family, n_obs, q_theta, q_z, objective="elbo", local_terms="minibatch"):
-        super().__init__()
+        super().__init__(None, plate="data", init_scale=1.0)
         self.family, self.n_obs, self.local_terms = family, n_obs, local_terms
         self.q_theta, self.q_z = q_theta, q_z
         self.objective = q_theta.objective = objective
+        z = LocalSite("z", torch.Size([q_z.size]), biject_to(constraints.real).with_cache(), torch.Size([q_z.size]),
+                      0, q_z.size)
+        self.structure = Structure("data", -1, n_obs, [z], {name: len(shape) for name, shape in q_theta.shapes.items()},
+                                   max_plate_nesting=1)
+
+    def _plates_of_call(self, x, idx, kl_scale=None, x_all=None):
+        return [pyro.plate("data", self.n_obs, subsample=idx, dim=-1)]
+
+    def local_factor(self, indices, args, kwargs, theta):
+        return self.q_z(args[0], indices, theta, self.refine_generator)
+
+    def global_mean(self):
+        return self.q_theta.mean()
+
+    def global_sample(self, generator=None):
+        return self.q_theta.sample(generator)
 
     def forward(self, x, idx, kl_scale=None, x_all=None):
         theta = self.q_theta(kl_scale)

@@ -11,11 +11,12 @@ from pyro.nn import PyroModule
 
 
 class LocalModule(PyroModule):
-    """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring)."""
+    """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring); first in
+    the bases of a class that is also another PyroModule (the package's guide, an AutoGuide)."""
 
-    def __init__(self, name=""):
+    def __init__(self, *args, **kwargs):
         with pyro.settings.context(module_local_params=True):
-            super().__init__(name)
+            super().__init__(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         with pyro.settings.context(module_local_params=True):

@@ -55,7 +55,7 @@ class AutoLocalGuide(AutoGuide):
         self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), globals
         self._user_plates = create_plates
         self.structure = None
-        self.global_guide = None
+        self.q_theta = None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
 
     # ---- reading the model --------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ class AutoLocalGuide(AutoGuide):
         if self.structure.globals:
             hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
             part = GLOBAL_GUIDES[self.globals_kind]
-            self.global_guide = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
+            self.q_theta = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
         with poutine.block():  # the prototype call's plates, seen by nobody
             indices = self._create_plates(*args, **kwargs)[self.plate].indices
         self._setup_local(indices, args, kwargs, self._device(full))
@@ -123,7 +123,7 @@ class AutoLocalGuide(AutoGuide):
         if self.prototype_trace is None:
             self._setup_prototype(*args, **kwargs)
         plates = self._create_plates(*args, **kwargs)
-        result = self.global_guide(*args, **kwargs) if self.global_guide is not None else {}
+        result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
         data_plate = plates[self.plate]
         loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
         with data_plate:
@@ -149,15 +149,15 @@ class AutoLocalGuide(AutoGuide):
     @torch.no_grad()
     def global_mean(self):
         """The median of q(θ) (its mean in unconstrained space), site → tensor; {} without global sites."""
-        return {} if self.global_guide is None else self.global_guide.median()
+        return {} if self.q_theta is None else self.q_theta.median()
 
     @torch.no_grad()
     def global_sample(self, generator=None):
         """One θ ~ q(θ) drawn from ``generator`` (the global stream where None), site → tensor. For
         ``globals="delta"`` its point estimate."""
-        if self.global_guide is None or self.globals_kind == "delta":
+        if self.q_theta is None or self.globals_kind == "delta":
             return self.global_mean()
-        part, draws = self.global_guide, {}
+        part, draws = self.q_theta, {}
         for name, site in part.prototype_trace.iter_stochastic_nodes():
             loc, scale = part._get_loc_and_scale(name)
             eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
@@ -175,7 +175,7 @@ class AutoLocalGuide(AutoGuide):
 
     def indices_of(self, *args, **kwargs):
         """The data plate's subsample indices for a call of the model with these arguments."""
-        if self.prototype_trace is None:
+        if self.structure is None:
             self._setup_prototype(*args, **kwargs)
         with poutine.block():
             return self._create_plates(*args, **kwargs)[self.plate].indices

@@ -52,6 +52,11 @@ class AmortizedFactor(nn.Module):
         super().__init__()
         self.encoder = encoder
 
+    @property
+    def size(self):
+        """The length of the factor's vector u_n."""
+        return self.encoder.loc.out_features
+
     def forward(self, x, idx, theta=None, generator=None):
         return self.encoder(x)
 
@@ -100,6 +105,7 @@ class FreeFactor(nn.Module):
         super().__init__()
         self.per_datapoint = rows is not None
         self.can_infer_unseen = not self.per_datapoint
+        self.size = size
         shape = (size,) if rows is None else (rows, size)
         loc, log_scale = torch.zeros(shape), torch.full(shape, math.log(init_scale))
         if init == "random":

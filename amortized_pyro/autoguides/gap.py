@@ -38,7 +38,7 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
         datapoints) and ``per_image`` values.
     """
     settings = (settings or GapSettings()).check()
-    if guide.prototype_trace is None:
+    if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
     indices = guide.indices_of(*args, **kwargs)
