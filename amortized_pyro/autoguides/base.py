@@ -126,19 +126,13 @@ class AutoLocalGuide(AutoGuide):
         result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
         data_plate = plates[self.plate]
         loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
+        locs, scales = self.structure.split(loc), self.structure.split(scale)
         with data_plate:
-            for name, (site_loc, site_scale) in self._per_site(loc, scale).items():
-                result[name] = pyro.sample(name, self._site_distribution(name, site_loc, site_scale))
+            for site in self.structure.locals:
+                base = dist.Normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
+                q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
+                result[site.name] = pyro.sample(site.name, q)
         return result
-
-    def _per_site(self, loc, scale):
-        split_loc, split_scale = self.structure.split(loc), self.structure.split(scale)
-        return {site.name: (split_loc[site.name], split_scale[site.name]) for site in self.structure.locals}
-
-    def _site_distribution(self, name, loc, scale):
-        site = next(s for s in self.structure.locals if s.name == name)
-        base = dist.Normal(loc, scale).to_event(len(site.unconstrained_shape))
-        return base if site.is_real else dist.TransformedDistribution(base, site.transform)
 
     # ---- access for measurement ---------------------------------------------------------------------------
     @property

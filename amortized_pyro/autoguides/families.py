@@ -121,7 +121,8 @@ class AutoAmortizedNormal(AutoLocalGuide):
             raise AmortizedPyroError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
                                      % (tuple(features.shape), tuple(data.shape)))
         encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale)
-        encoder.loc.to(features.device), encoder.log_scale.to(features.device)
+        encoder.loc.to(features.device)  # the heads only: a user's body stays where the user put it
+        encoder.log_scale.to(features.device)
         return encoder
 
     def _setup_local(self, indices, args, kwargs, device):
