@@ -14,6 +14,7 @@ import math
 import torch
 
 from pyro import poutine
+from pyro.poutine.util import site_is_subsample
 
 from ..errors import AmortizedPyroError
 
@@ -71,7 +72,7 @@ class LocalJoint:
         structure, total = self.structure, torch.zeros(())
         nesting = structure.max_plate_nesting + 1
         for site in trace.nodes.values():
-            if site["type"] != "sample" or type(site["fn"]).__name__ == "_Subsample":
+            if site["type"] != "sample" or site_is_subsample(site):
                 continue
             if structure.plate not in [frame.name for frame in site["cond_indep_stack"]]:
                 continue
