@@ -19,6 +19,7 @@ Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`
 import contextlib
 import re
 from collections import namedtuple
+from types import SimpleNamespace
 
 import torch
 from torch.distributions import biject_to, constraints
@@ -122,11 +123,26 @@ class Guide(LocalModule, AutoLocalGuide):
         return None if factor is None else factor[0]
 
 
-Family = namedtuple("Family", "name label encoder in_studies")
-FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True),
-                                Family("semi-amortized", "SA-VI", True, False),
-                                Family("per-datapoint", "F-VI", False, True),
-                                Family("shared", "constant-VI", False, True))}
+def _amortized_factor(s):
+    return AmortizedFactor(encoder(s.x_dim, s.z_dim, s.width, s.encoder_layers, s.encoder_slope))
+
+
+def _semi_amortized_factor(s):
+    if s.log_joint is None:
+        raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
+    return SemiAmortizedFactor(encoder(s.x_dim, s.z_dim, s.width, s.encoder_layers, s.encoder_slope), s.refine_steps,
+                               s.refine_lr, s.log_joint, s.refine_grad)
+
+
+def _free_factor(per_datapoint):
+    return lambda s: FreeFactor(s.n_obs if per_datapoint else None, s.z_dim, s.qz_init, s.seed)
+
+
+Family = namedtuple("Family", "name label encoder in_studies factor")  # factor: make_guide's settings → q_z
+FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True, _amortized_factor),
+                                Family("semi-amortized", "SA-VI", True, False, _semi_amortized_factor),
+                                Family("per-datapoint", "F-VI", False, True, _free_factor(True)),
+                                Family("shared", "constant-VI", False, True, _free_factor(False)))}
 GUIDES = tuple(FAMILIES)  # the families, in display order
 ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
@@ -171,14 +187,9 @@ def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_s
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
-    if family == "amortized":
-        q_z = AmortizedFactor(encoder(x_dim, z_dim, width, encoder_layers, encoder_slope))
-    elif family == "semi-amortized":
-        if log_joint is None:
-            raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
-        q_z = SemiAmortizedFactor(encoder(x_dim, z_dim, width, encoder_layers, encoder_slope), refine_steps,
-                                  refine_lr, log_joint, refine_grad)
-    else:
-        q_z = FreeFactor(n_obs if family == "per-datapoint" else None, z_dim, qz_init, seed)
+    q_z = FAMILIES[family].factor(SimpleNamespace(
+        n_obs=n_obs, x_dim=x_dim, z_dim=z_dim, width=width, encoder_layers=encoder_layers, encoder_slope=encoder_slope,
+        qz_init=qz_init, seed=seed, refine_steps=refine_steps, refine_lr=refine_lr, log_joint=log_joint,
+        refine_grad=refine_grad))
     q_theta = DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale)
     return Guide(family, n_obs, q_theta, q_z, objective, local_terms)
