@@ -77,7 +77,7 @@ def test_stock_svi_trains_each_builder_in_each_plate_style(toy, name, style, glo
 @pytest.mark.parametrize("name", list(AUTOGUIDES))
 def test_module_local_params_vectorized_particles_and_meanfield(name):
     """With module_local_params the parameters stay in the guide (none in the param store) and a torch
-    optimizer trains it; TraceMeanField_ELBO with 64 vectorized particles estimates the closed-form ELBO."""
+    optimizer trains it; TraceMeanField_ELBO with vectorized particles estimates the closed-form ELBO."""
     pyro.set_rng_seed(0)
     torch.set_default_dtype(torch.float64)
     toy = LinearGaussian(N, DX, DZ, sigma=0.5)
@@ -96,8 +96,9 @@ def test_module_local_params_vectorized_particles_and_meanfield(name):
         with torch.no_grad():
             loc, scale = guide.local_factor(torch.arange(N), (toy.x,), {}, {})
             exact = toy.elbo(toy.x, loc, scale).sum()
-            elbo = TraceMeanField_ELBO(num_particles=64, vectorize_particles=True, max_plate_nesting=1)
-            estimates = torch.tensor([-elbo.loss(toy.model, guide, toy.x) for _ in range(20)])
+            # 512 × 40 draws: s.e. 0.1–0.2 nats on totals of −100s (a guide drawing at 1.3 σ fails; seen)
+            elbo = TraceMeanField_ELBO(num_particles=512, vectorize_particles=True, max_plate_nesting=1)
+            estimates = torch.tensor([-elbo.loss(toy.model, guide, toy.x) for _ in range(40)])
     se = estimates.std() / math.sqrt(len(estimates))
     assert abs(estimates.mean() - exact) < 4 * se + 1e-9, (estimates.mean(), exact, se)
 
