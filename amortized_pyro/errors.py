@@ -9,10 +9,10 @@ class AmortizedPyroError(Exception):
 
 class Diverged(AmortizedPyroError):
     """The loss turned non-finite at ``epoch``; ``out`` is the run directory (if any) and ``kept`` the epoch
-    of the last good checkpoint kept there."""
+    of the last good checkpoint kept there; ``replica`` the run's index among seeds packed as replicas."""
 
-    def __init__(self, epoch, loss, out=None, kept=None):
-        self.epoch, self.loss, self.out, self.kept = epoch, loss, out, kept
+    def __init__(self, epoch, loss, out=None, kept=None, replica=0):
+        self.epoch, self.loss, self.out, self.kept, self.replica = epoch, loss, out, kept, replica
         where = "" if out is None else "; the last good checkpoint (epoch %d) is kept in %s" % (kept, out)
         super().__init__("training diverged at epoch %d (the loss is %s)%s" % (epoch, loss, where))
 

@@ -7,13 +7,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .guides import FAMILIES  # noqa: E402
 
 COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
+FAMILY_COLORS = dict(zip(FAMILIES, ("tab:blue", "tab:purple", "tab:red", "tab:gray")))  # a family's own colour
 
 
 def configuration_colors(names):
     """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
-    families in fixed colours (F-VI red, constant-VI gray)."""
-    fixed = iter(("tab:red", "tab:gray", "tab:brown", "tab:pink"))
-    colors = {f.label: next(fixed) for f in FAMILIES.values() if not f.encoder}
+    families in their colours (:data:`FAMILY_COLORS`: F-VI red, constant-VI gray)."""
+    colors = {f.label: FAMILY_COLORS[f.name] for f in FAMILIES.values() if not f.encoder}
     encoders = [f.label for f in FAMILIES.values() if f.encoder]
     for family, cmap in zip(encoders, COLORMAPS):
         members = [n for n in names if n.startswith(family + " ")]

@@ -24,7 +24,7 @@ from .guides import config_label, make_guide
 from .model import BayesianDecoderModel
 from .process import resolve_device
 from .runs import RunWriter, read_checkpoint, read_info, read_run, restore, run_status
-from .training import TrainingState, train
+from .training import SingleRun, TrainingState, train
 
 
 def build(config, n_obs, x_dim, device):
@@ -223,7 +223,7 @@ def run(config, data, device, writer, checkpoint, progress, log):
         log("batch size %d > %d training images: training on the full batch" % (config.batch_size, data.train.shape[0]))
     model, guide, state = start(config, data, device, writer, checkpoint)
     try:
-        train(model, guide, data, config, state, writing(writer, guide, state, device), progress)
+        train(SingleRun(model, guide, state, config, writing(writer, guide, state, device)), data, config, progress)
     except (Diverged, Interrupted) as e:
         raise stopped(e, writer) from None
     return finish(config, data, device, writer, model, guide, state)

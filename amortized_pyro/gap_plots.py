@@ -7,7 +7,7 @@
 import matplotlib.ticker
 import numpy as np
 
-from .figure_style import configuration_colors, legend_outside, plt, save_figure
+from .figure_style import FAMILY_COLORS, configuration_colors, legend_outside, plt, save_figure
 from .guides import ENCODER_GUIDES, display_order
 from .results import over_seeds, seed_groups
 
@@ -26,8 +26,6 @@ def gap_figure(reports, path):
                                  for i, row in enumerate(group[0]["refinement"])])
            for key, group in groups.items()}
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
-    family_colors = {"amortized": "tab:blue", "semi-amortized": "tab:purple", "per-datapoint": "tab:red",
-                     "shared": "tab:gray"}
     split_styles = {"train": "-", "test": "--"}
     widths = set()
     for split, style in split_styles.items():
@@ -37,11 +35,11 @@ def gap_figure(reports, path):
             if encoder:
                 left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
                               yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", ls=style,
-                              color=family_colors[guide], capsize=3,
+                              color=FAMILY_COLORS[guide], capsize=3,
                               label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
         for r in one.values():
             if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
-                gap, color = r["amortization_gap"], family_colors[r["guide"]]
+                gap, color = r["amortization_gap"], FAMILY_COLORS[r["guide"]]
                 left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
                 left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",

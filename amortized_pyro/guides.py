@@ -30,7 +30,7 @@ from .autoguides.base import AutoLocalGuide
 from .autoguides.factors import AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
 from .autoguides.structure import LocalSite, Structure
 from .errors import AmortizedPyroError
-from .model import LEAKY_SLOPE, decoder_shapes, kl_scaled
+from .model import LEAKY_SLOPE, data_plate, decoder_shapes, kl_scaled
 from .modules import LocalModule
 from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
 
@@ -85,7 +85,7 @@ class Guide(LocalModule, AutoLocalGuide):
                 with kl_scaled(kl_scale):
                     pyro.sample("z", normal(loc, scale).to_event(1))
             return
-        with pyro.plate("data", self.n_obs, subsample=idx):
+        with data_plate(self.n_obs, idx):
             loc, scale = self.q_z(x, idx, theta)
             with kl_scaled(kl_scale):
                 pyro.sample("z", normal(loc, scale).to_event(1))

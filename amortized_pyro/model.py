@@ -25,6 +25,7 @@ import pyro
 import pyro.distributions as dist
 from pyro import poutine
 
+from .autoguides.factors import rows_of
 from .modules import LocalModule
 
 LEAKY_SLOPE = 0.2
@@ -98,6 +99,16 @@ LIKELIHOODS = ("normal", "bernoulli")
 LOCAL_TERMS = ("minibatch", "all")
 
 
+def data_plate(n_obs, idx):
+    """``pyro.plate("data", N, subsample=idx)`` for a minibatch's indices idx [B], its terms scaled by N/B.
+
+    Seeds packed as replicas (:mod:`amortized_pyro.replicas`, an outer plate around model and guide) each
+    take their own minibatch, idx [R, B]; a plate holds one subsample, so its indices are then the
+    minibatch's positions 0..B−1 (the same scale N/B), and the images' indices are idx itself."""
+    positions = idx if idx.dim() == 1 else torch.arange(idx.shape[-1], device=idx.device)
+    return pyro.plate("data", n_obs, subsample=positions)
+
+
 def kl_scaled(kl_scale):
     """``poutine.scale(kl_scale)`` around the latent sites, or nothing where there is no warm-up."""
     return contextlib.nullcontext() if kl_scale is None else poutine.scale(scale=kl_scale)
@@ -105,7 +116,7 @@ def kl_scaled(kl_scale):
 
 class BayesianDecoderModel(LocalModule):
     """The Pyro model ``model(x, idx, kl_scale=None)``: x is a minibatch [B, x_dim], idx its indices [B]
-    among N, kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
+    among N (replicas: [R, B, x_dim] and [R, B], see :func:`data_plate`), kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
     no parameters: every weight of the decoder is a latent variable."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
@@ -154,8 +165,8 @@ class BayesianDecoderModel(LocalModule):
         prior_z = self.prior_z(zero)
         if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
             with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
-                z = pyro.sample("z", prior_z).index_select(-2, idx)
-        with pyro.plate("data", self.n_obs, subsample=idx):
+                z = rows_of(pyro.sample("z", prior_z), idx)
+        with data_plate(self.n_obs, idx):
             if self.local_terms != "all":
                 with kl_scaled(kl_scale):
                     z = pyro.sample("z", prior_z)

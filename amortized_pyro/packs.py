@@ -14,7 +14,8 @@ from .config import FitConfig
 from .errors import AmortizedPyroError, Diverged, Interrupted
 from .fitting import finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data, start, stopped
 from .process import resolve_device
-from .replicas import Pack, Stream, check_pack, train_pack
+from .replicas import Pack, Stream, check_pack
+from .training import train
 from .runs import read_checkpoint, read_info, run_status
 
 
@@ -56,9 +57,9 @@ def fit_pack(configs, data, run_dirs=None, progress=True, log=print, overwrite=F
              for c, d, s in zip(configs, run_dirs, statuses)]
     models, guides, states, streams, writers = map(list, zip(*begun))
     try:
-        train_pack(Pack(models, guides, states, streams, configs[0]), data, configs[0], writers, progress)
+        train(Pack(models, guides, states, streams, writers, configs[0]), data, configs[0], progress)
     except (Diverged, Interrupted) as e:
-        raise stopped(e, writers[getattr(e, "replica", 0)]) from None
+        raise stopped(e, writers[e.replica if isinstance(e, Diverged) else 0]) from None
     return [finish(c, data, device, w, m, g, s) for c, w, m, g, s in zip(configs, writers, models, guides, states)]
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .figure_style import configuration_colors, legend_outside, plt, save_figure
 from .gap_plots import gap_figure
-from .guides import display_order
+from .guides import FAMILIES, display_order
 from .results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug
 
 
@@ -212,7 +212,7 @@ def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     for (study, dataset, name, seed), rows in sorted(runs.items()):
         baseline = results.baseline(dataset)["train_mse"]
         steps = [r["iteration"] for r in rows]
-        style = "-" if name.startswith("A-VI") else "--"
+        style = "-" if name.startswith(FAMILIES["amortized"].label) else "--"
         first = seed == min(s for (st, d, n, s) in runs if (st, d, n) == (study, dataset, name))
         tag = "%s, %s" % (study, name) if first else None
         left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)

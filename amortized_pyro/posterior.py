@@ -55,9 +55,12 @@ class DecoderPosterior(LocalModule):
         self.scale = PyroParam(torch.full((size,), float(init_scale)), constraints.positive)
 
     def _split(self, flat):
-        """Site → the view of ``flat`` holding that site's tensor."""
-        parts = flat.split([math.prod(shape) for shape in self.shapes.values()])
-        return {site: part.view(shape) for (site, shape), part in zip(self.shapes.items(), parts)}
+        """Site → the view of ``flat`` holding that site's tensor. Where (m, s) are stacked over replicas
+        ([R, size], a pack of seeds), each site's view is [R, 1, *shape]: batch shape [R, 1], as an outer
+        plate at dim −2 around the model's ``data`` plate wants it."""
+        lead = flat.shape[:-1] + (1,) * (flat.dim() - 1)
+        parts = flat.split([math.prod(shape) for shape in self.shapes.values()], -1)
+        return {site: part.view(lead + tuple(shape)) for (site, shape), part in zip(self.shapes.items(), parts)}
 
     def params(self):
         """Site → (m, s)."""
@@ -69,7 +72,7 @@ class DecoderPosterior(LocalModule):
         ``objective`` says; returns site → draw."""
         normal = q_normal(self.objective)
         with kl_scaled(kl_scale):
-            return {site: pyro.sample(site, normal(loc, scale).to_event(loc.dim()))
+            return {site: pyro.sample(site, normal(loc, scale).to_event(len(self.shapes[site])))
                     for site, (loc, scale) in self.params().items()}
 
     def mean(self):

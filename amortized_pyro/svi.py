@@ -30,15 +30,19 @@ class DeviceLoss:
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
         vectorized = self.vectorize_particles and self.num_particles > 1
-        particles = pyro.plate("num_particles_vectorized", self.num_particles, dim=-self.max_plate_nesting) \
-            if vectorized else contextlib.nullcontext()
         loss = 0.0
         for _ in range(1 if vectorized else self.num_particles):
-            with particles:
-                guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-                model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-            loss = loss - self.particle_elbo(model_trace, guide_trace)
+            loss = loss - self.particle_elbo(*self.traces(model, guide, vectorized, args, kwargs))
         return loss / self.num_particles
+
+    def traces(self, model, guide, vectorized, args, kwargs):
+        """(model trace, guide trace) of one draw, its particles vectorized in an outer plate where asked."""
+        particles = pyro.plate("num_particles_vectorized", self.num_particles, dim=-self.max_plate_nesting) \
+            if vectorized else contextlib.nullcontext()
+        with particles:
+            guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        return model_trace, guide_trace
 
 
 class DeviceTrace_ELBO(DeviceLoss, Trace_ELBO):
@@ -47,6 +51,21 @@ class DeviceTrace_ELBO(DeviceLoss, Trace_ELBO):
 
     def particle_elbo(self, model_trace, guide_trace):
         return model_trace.log_prob_sum() - guide_trace.log_prob_sum()
+
+    def particle_elbos(self, model, guide, *args, **kwargs):
+        """Each vectorized particle's ELBO estimate, [P]: the terms summed within a particle, not over all.
+        For replicas, particles whose parameters differ (:mod:`amortized_pyro.replicas`)."""
+        model_trace, guide_trace = self.traces(model, guide, True, args, kwargs)
+        return per_particle(model_trace, self.num_particles) - per_particle(guide_trace, self.num_particles)
+
+
+def per_particle(trace, particles):
+    """Σ over a trace's sites of their log-densities, scaled as Pyro scales them (plates, ``poutine.scale``),
+    summed within each of the ``particles`` of the outermost dimension: [particles]."""
+    trace = prune_subsample_sites(trace)
+    trace.compute_log_prob()
+    return sum(site["log_prob"].reshape(particles, -1).sum(1) for site in trace.nodes.values()
+               if site["type"] == "sample")
 
 
 class DeviceTraceMeanField_ELBO(DeviceLoss, TraceMeanField_ELBO):

@@ -14,6 +14,7 @@ authors' code) instead of a fresh random order every epoch. The loop knows nothi
 after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
 SIGTERM stop it after the epoch under way (a second signal at once).
 """
+import contextlib
 import math
 import time
 
@@ -96,36 +97,66 @@ def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elb
     return record
 
 
-def train(model, guide, data, schedule, state, after_epoch=None, progress=True):
-    """Train ``guide`` against ``model`` on ``data`` (on the guide's device) from ``state`` (a
-    :class:`TrainingState`) to epoch ``schedule.epochs``; ``schedule`` is a FitConfig (epochs, batch_size,
-    particles, kl_warmup, eval_every, predictive_draws). ``after_epoch(record, last, stopping)`` is called
-    after every epoch. Raises :class:`Diverged` on a non-finite loss, :class:`Interrupted` on a signal."""
+class SingleRun:
+    """One run as :func:`train` drives it: its model, guide, state (a :class:`TrainingState`) and ELBO
+    (``schedule.particles``, ``schedule.elbo``), its minibatch orders and draws from the global stream.
+    ``after_epoch(record, last, stopping)`` is called after every epoch. Seeds packed as replicas
+    (:class:`amortized_pyro.replicas.Pack`) are driven the same way."""
+
+    def __init__(self, model, guide, state, schedule, after_epoch=None):
+        self.models, self.guides, self.states = [model], [guide], [state]
+        self.elbos = [make_elbo(schedule.particles, schedule.elbo)(model, guide)]
+        self.label, self.after = guide.family, after_epoch
+
+    def epoch_losses(self, data, schedule, kl_scale, x_all):
+        """One epoch of SVI steps; the mean loss, [1], a device tensor."""
+        batches = minibatches(schedule, data.train.shape[0], data.train.device)
+        loss = sum(step(self.elbos[0], self.states[0].optimizer, data.train[idx], idx, kl_scale, x_all)
+                   for idx in batches)
+        return (loss / len(batches)).reshape(1)
+
+    def random_states(self, r):
+        """The random states run r's record is drawn under (a single run: the global ones)."""
+        return contextlib.nullcontext()
+
+    def after_epoch(self, records, last, stopping):
+        if self.after:
+            self.after(records[0], last, stopping)
+
+
+def train(runs, data, schedule, progress=True):
+    """Train ``runs`` (a :class:`SingleRun`, or seeds packed as replicas) on ``data`` (on their device) from
+    their states to epoch ``schedule.epochs``; ``schedule`` is a FitConfig (epochs, batch_size, particles,
+    kl_warmup, eval_every, predictive_draws). Raises :class:`Diverged` on a non-finite loss (``replica``:
+    the run's index), :class:`Interrupted` on a signal."""
     device = data.train.device
     n_obs = data.train.shape[0]
-    elbo = make_elbo(schedule.particles, schedule.elbo)(model, guide)
     x_all = data.train if schedule.local_terms == "all" else None
     first = torch.arange(min(schedule.batch_size, n_obs), device=device)
-    check_once(elbo, (data.train[first], first, kl_schedule(schedule, state.epoch + 1, device), x_all), device)
-    bar = tqdm(range(state.epoch + 1, schedule.epochs + 1), desc=guide.family, unit="epoch", disable=not progress,
+    epoch0 = runs.states[0].epoch
+    check_once(runs.elbos[0], (data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all), device)
+    bar = tqdm(range(epoch0 + 1, schedule.epochs + 1), desc=runs.label, unit="epoch", disable=not progress,
                leave=False)
     with StopSignals() as stop, pyro.validation_enabled(False):
         for epoch in bar:
             began = time.perf_counter()
             kl_scale = kl_schedule(schedule, epoch, device)
-            batches = minibatches(schedule, n_obs, device)
-            loss = sum(step(elbo, state.optimizer, data.train[idx], idx, kl_scale, x_all) for idx in batches)
-            loss = (loss / len(batches)).item()  # the epoch's one host sync
-            state.train_seconds += time.perf_counter() - began
-            if not math.isfinite(loss):
-                raise Diverged(epoch, loss)
-            record = epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all)
-            if "train_plugin_mse" in record:
-                bar.set_postfix(elbo="%.1f" % record["elbo_per_obs"], mse="%.4f" % record["train_plugin_mse"])
-            state.history.append(record)
-            state.epoch = epoch
-            if after_epoch:
-                after_epoch(record, epoch == schedule.epochs, stop.signum is not None)
-            if stop.signum:
+            losses = runs.epoch_losses(data, schedule, kl_scale, x_all).tolist()  # the epoch's one host sync
+            elapsed = time.perf_counter() - began
+            records = []
+            for r, (loss, model, guide, state, elbo) in enumerate(zip(losses, runs.models, runs.guides, runs.states,
+                                                                     runs.elbos)):
+                state.train_seconds += elapsed
+                if not math.isfinite(loss):
+                    raise Diverged(epoch, loss, replica=r)
+                with runs.random_states(r):
+                    records.append(epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo,
+                                                x_all))
+                state.history.append(records[-1])
+                state.epoch = epoch
+            if "train_plugin_mse" in records[0]:
+                bar.set_postfix(elbo="%.1f" % records[0]["elbo_per_obs"], mse="%.4f" % records[0]["train_plugin_mse"])
+            stopping = stop.signum is not None
+            runs.after_epoch(records, epoch == schedule.epochs, stopping)
+            if stopping:
                 raise Interrupted(stop.signum, epoch)
-    return state

@@ -43,7 +43,7 @@ def pack_step(cfg, data, device, replicas):
         model, guide = build(replace(cfg, seed=seed), data.train.shape[0], data.train.shape[1], device)
         models.append(model), guides.append(guide), states.append(TrainingState(guide, cfg, device))
         streams.append(Stream(device))
-    pack = Pack(models, guides, states, streams, cfg)
+    pack = Pack(models, guides, states, streams, [None] * replicas, cfg)
     return lambda idx: pack.step(data.train[idx.expand(replicas, -1)], idx.expand(replicas, -1), None, None)
 
 

@@ -11,6 +11,7 @@ import math
 
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
 from ..local_elbo import refine
 
@@ -23,6 +24,12 @@ def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):
     sizes = [x_dim] + [width] * layers
     return nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
                            for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
+
+
+def rows_of(values, idx):
+    """The rows idx [..., B] of ``values`` [..., N, D] (leading dimensions: particles or replicas)."""
+    idx = idx.expand(values.shape[:-2] + idx.shape[-1:])
+    return values.gather(-2, idx.unsqueeze(-1).expand(idx.shape + values.shape[-1:]))
 
 
 class Encoder(nn.Module):
@@ -39,6 +46,8 @@ class Encoder(nn.Module):
                 self.log_scale.bias.add_(math.log(init_scale))
 
     def forward(self, x):
+        if self.loc.weight.dim() > 2:  # one encoder per replica (a pack of seeds): parameters stacked in front
+            return vmap(lambda params, data: functional_call(self, params, (data,)))(dict(self.named_parameters()), x)
         h = self.body(x)
         return self.loc(h), self.log_scale(h).exp()
 
@@ -116,6 +125,8 @@ class FreeFactor(nn.Module):
 
     def forward(self, x, idx, theta=None, generator=None):
         if self.per_datapoint:
+            if self.loc.dim() > 2:  # one table per replica (a pack of seeds): replica r's rows idx[r]
+                return rows_of(self.loc, idx), rows_of(self.log_scale, idx).exp()
             return self.loc[idx], self.log_scale[idx].exp()
-        batch = (idx.shape[0],) + tuple(self.loc.shape)
-        return self.loc.expand(batch), self.log_scale.exp().expand(batch)
+        batch = self.loc.shape[:-1] + idx.shape[-1:] + self.loc.shape[-1:]
+        return self.loc.unsqueeze(-2).expand(batch), self.log_scale.exp().unsqueeze(-2).expand(batch)
