@@ -5,36 +5,20 @@ capacity close the gap when the decoder is fixed, and does the held-out gap foll
 
 Training an encoder φ: Adam on the local ELBO, Σ_n L_n(encoder_φ(x_n); θ) over minibatches of the run's
 training images (reshuffled each epoch), a fresh θ ~ q(θ) per step (KL(q(θ) ‖ p(θ)) does not depend on φ
-and is left out). **Convergence**: the mean local ELBO per image over a window of ``encoder_window`` epochs
-has improved on the window before by less than ``encoder_tolerance`` nats (windows average out the noise of
-single epochs, whose draws are fresh) after the learning rate has been halved ``lr_halvings`` times, once at
-each such window before (so that Adam's noise floor does not pass for the optimum); or ``max_epochs``,
-recorded as a cap hit.
+and is left out), to the convergence rule of :mod:`amortized_pyro.autoguides.capacity` (windows of epochs
+average out the noise of single epochs, whose draws are fresh). The same protocol for any model and guide
+builder is :func:`amortized_pyro.autoguides.capacity.capacity_sweep`; this one keeps the package model's
+hand-written log joint and its minibatches, for speed.
 """
-import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
+from .autoguides.capacity import until_converged
 from .autoguides.factors import AmortizedFactor
 from .gap import measure
 from .guides import Guide, encoder, label
 from .local_elbo import log_weights
-from .settings import Checked, option
-
-
-@dataclass
-class EncoderTraining(Checked):
-    """How each fresh encoder is trained; each field is one option of the ``capacity`` command."""
-
-    encoder_lr: float = option(1e-3, "Adam's learning rate for the fresh encoders.", low=0, open_low=True)
-    encoder_batch_size: int = option(250, "Training images per step.", low=1)
-    encoder_tolerance: float = option(0.1, "Convergence: the mean local ELBO per image over a window of epochs has "
-                                      "improved on the window before by less than this many nats ...", low=0)
-    encoder_window: int = option(20, "... windows of this many epochs ...", low=1)
-    lr_halvings: int = option(4, "... and the learning rate has been halved this many times at such windows ...",
-                              low=0)
-    max_epochs: int = option(2000, "... or after this many epochs (a cap hit, recorded).", low=1)
 
 
 def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
@@ -45,9 +29,8 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
         torch.manual_seed(seed)  # the encoder's initialisation
         factor = AmortizedFactor(encoder(x.shape[1], model.z_dim, width, layers, slope)).to(x.device)
     optimizer = torch.optim.Adam(factor.parameters(), lr=training.encoder_lr)
-    previous, epoch, window, converged, halved = -math.inf, 0, [], False, 0
-    while epoch < training.max_epochs and not converged:
-        epoch += 1
+
+    def epoch():
         order = torch.randperm(x.shape[0], generator=generator, device=x.device)
         total = torch.zeros((), device=x.device)
         for rows in order.split(training.encoder_batch_size):
@@ -59,16 +42,9 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
             (-objective).backward()
             optimizer.step()
             total += objective.detach()
-        window.append(total)
-        if len(window) == training.encoder_window:
-            mean = torch.stack(window).mean().item() / x.shape[0]  # one host sync per window
-            stalled, previous, window = mean - previous < training.encoder_tolerance, mean, []
-            converged = stalled and halved == training.lr_halvings
-            if stalled and not converged:
-                halved += 1
-                for group in optimizer.param_groups:
-                    group["lr"] /= 2
-    return factor, epoch, not converged, previous
+        return total
+
+    return (factor,) + until_converged(epoch, optimizer, training, x.shape[0])
 
 
 def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None):

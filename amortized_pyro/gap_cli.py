@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .capacity import EncoderTraining, sweep
+from .autoguides.capacity import EncoderTraining
+from .capacity import sweep
 from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts, whole_numbers
 from .errors import AmortizedPyroError
 from .fitting import finished_run, measure_run

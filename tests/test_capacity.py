@@ -8,7 +8,8 @@ import torch
 from click.testing import CliRunner
 
 from amortized_pyro import model as model_module
-from amortized_pyro.capacity import EncoderTraining, train_encoder
+from amortized_pyro.autoguides.capacity import EncoderTraining
+from amortized_pyro.capacity import train_encoder
 from amortized_pyro.cli import cli
 from amortized_pyro.gap import GapSettings, measure
 from amortized_pyro.guides import Guide

@@ -1,0 +1,139 @@
+"""Cremer et al.'s capacity protocol for any model: with a trained guide's global part q(θ) frozen, fresh
+encoders of growing capacity (width × hidden layers) are trained on the model's local ELBO alone, each to
+convergence, and their gaps are measured (:func:`~amortized_pyro.autoguides.measure_gap`) on the training
+call and, where given, on held-out datapoints. Does capacity close the gap when the model's globals are
+fixed, and does the held-out gap follow?
+
+Training an encoder φ: Adam on Σ_n L_n(encoder_φ(x_n); θ), the local ELBO read off the model's trace
+(:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`), one fresh θ ~ q(θ) and one z draw per
+datapoint per step, every datapoint of the call in each step (KL(q(θ) ‖ p(θ)) does not depend on φ and is
+left out). **Convergence** (:func:`until_converged`): the mean objective per datapoint over a window of
+``encoder_window`` epochs has improved on the window before by less than ``encoder_tolerance`` nats after
+the learning rate has been halved ``lr_halvings`` times, once at each such window before (so that Adam's
+noise floor does not pass for the optimum); or ``max_epochs``, recorded as a cap hit.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+import pyro
+
+from ..local_elbo import log_weights
+from ..settings import Checked, option
+from .families import AutoAmortizedNormal
+from .gap import measure_gap
+from .local_joint import LocalJoint
+
+
+@dataclass
+class EncoderTraining(Checked):
+    """How each fresh encoder is trained; each field is one option of the ``capacity`` command."""
+
+    encoder_lr: float = option(1e-3, "Adam's learning rate for the fresh encoders.", low=0, open_low=True)
+    encoder_batch_size: int = option(250, "Training images per step.", low=1)
+    encoder_tolerance: float = option(0.1, "Convergence: the mean local ELBO per image over a window of epochs has "
+                                      "improved on the window before by less than this many nats ...", low=0)
+    encoder_window: int = option(20, "... windows of this many epochs ...", low=1)
+    lr_halvings: int = option(4, "... and the learning rate has been halved this many times at such windows ...",
+                              low=0)
+    max_epochs: int = option(2000, "... or after this many epochs (a cap hit, recorded).", low=1)
+
+
+def until_converged(epoch, optimizer, training, n):
+    """Run ``epoch()`` (one epoch's steps; its summed objective over the ``n`` datapoints, a device tensor)
+    until the convergence rule of the module docstring, halving ``optimizer``'s learning rate on the way:
+    (epochs run, whether the cap was hit, the last window's mean objective per datapoint)."""
+    previous, epochs, window, converged, halved = -math.inf, 0, [], False, 0
+    while epochs < training.max_epochs and not converged:
+        epochs += 1
+        window.append(epoch())
+        if len(window) == training.encoder_window:
+            mean = torch.stack(window).mean().item() / n  # one host sync per window
+            stalled, previous, window = mean - previous < training.encoder_tolerance, mean, []
+            converged = stalled and halved == training.lr_halvings
+            if stalled and not converged:
+                halved += 1
+                for group in optimizer.param_groups:
+                    group["lr"] /= 2
+    return epochs, not converged, previous
+
+
+def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, encoder_input=0, training=None,
+                        seed=0, **kwargs):
+    """A fresh :class:`~amortized_pyro.autoguides.AutoAmortizedNormal` on the trained ``guide``'s frozen
+    global part, its encoder trained to convergence on the local ELBO of the call ``model(*args, **kwargs)``
+    (module docstring). Built and trained with module-local parameters: nothing of Pyro's param store is
+    touched.
+
+    :param guide: a trained :class:`~amortized_pyro.autoguides.AutoLocalGuide` (any family): its q(θ) is
+        copied into the fresh guide, which does not train it; the trained guide is left as it was.
+    :param int width: the default encoder's width. :param int layers: its hidden layers.
+    :param encoder: a body of the user's instead (data [B, ...] → features [B, F]); it is trained.
+    :param encoder_input: as :class:`~amortized_pyro.autoguides.AutoAmortizedNormal`.
+    :param EncoderTraining training: the optimizer and convergence rule; ``encoder_batch_size`` is unused
+        (each step takes the call's datapoints).
+    :param int seed: the encoder's initialization and the draws of θ and z.
+    :returns: (the fresh guide, epochs run, whether the cap was hit, the last window's mean local ELBO per
+        datapoint).
+    """
+    training = (training or EncoderTraining()).check()
+    device = next(guide.parameters()).device
+    with pyro.settings.context(module_local_params=True):
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)  # the encoder's initialization (and the building call's draws)
+            fresh = AutoAmortizedNormal(model, plate=guide.plate, encoder=encoder, encoder_input=encoder_input,
+                                        width=width, layers=layers, init_scale=guide.init_scale,
+                                        globals=guide.globals_kind)
+            with torch.no_grad():
+                fresh(*args, **kwargs)  # reads the model, builds the encoder for its data
+        if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient
+            fresh.q_theta.load_state_dict(guide.q_theta.state_dict())
+        indices = fresh.indices_of(*args, **kwargs)
+        log_joint = LocalJoint(model, fresh.structure, args, kwargs, indices)
+        placeholder = torch.empty(len(indices), 0, device=device)  # log_weights takes n from it; args hold x
+        generator = torch.Generator(device).manual_seed(seed)
+        optimizer = torch.optim.Adam(fresh.q_z.parameters(), lr=training.encoder_lr)
+
+        def epoch():
+            theta = fresh.global_sample(generator)
+            loc, scale = fresh.local_factor(indices, args, kwargs, theta)
+            objective = log_weights(log_joint, placeholder, loc, scale, theta, 1, generator).sum()
+            optimizer.zero_grad()
+            (-objective).backward()
+            optimizer.step()
+            return objective.detach()
+
+        epochs, capped, elbo = until_converged(epoch, optimizer, training, len(indices))
+    return fresh, epochs, capped, elbo
+
+
+def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 256), layers=(2,), seeds=(0,),
+                   encoder_input=0, training=None, settings=None, log=print):
+    """For every width × hidden layers × seed, a fresh encoder trained on ``guide``'s frozen q(θ)
+    (:func:`train_fresh_encoder`) on the call ``model(*train_args)``, and its gaps on that call ("train")
+    and on ``model(*test_args)`` ("test": datapoints it never saw), where given.
+
+    :param tuple train_args: the model's positional arguments for the training datapoints.
+    :param tuple test_args: the same for held-out datapoints, or None.
+    :param GapSettings settings: :func:`~amortized_pyro.autoguides.measure_gap`'s budget.
+    :returns: a list of rows, one per encoder and split: width, layers, seed, split, epochs, encoder_capped,
+        encoder_elbo, training, and the gap report's summaries (its ``per_image`` values kept).
+    """
+    training = (training or EncoderTraining()).check()
+    calls = {"train": train_args} if test_args is None else {"train": train_args, "test": test_args}
+    rows = []
+    for width in widths:
+        for depth in layers:
+            for seed in seeds:
+                fresh, epochs, capped, elbo = train_fresh_encoder(model, guide, *train_args, width=width, layers=depth,
+                                                                  encoder_input=encoder_input, training=training,
+                                                                  seed=seed)
+                log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.2f nats per datapoint"
+                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
+                for split, call in calls.items():
+                    with pyro.settings.context(module_local_params=True):
+                        report = measure_gap(model, fresh, *call, settings=settings, seen=split == "train")
+                    rows.append(dict(width=width, layers=depth, seed=seed, split=split, epochs=epochs,
+                                     encoder_capped=capped, encoder_elbo=elbo, training=asdict(training), **report))
+    return rows
