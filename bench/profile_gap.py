@@ -1,0 +1,93 @@
+"""Where the time of one ``gap`` measurement goes: its phases (q*, the M q*_m, IWAE, AIS, the refinement rows,
+the local-ELBO estimates) and Python overhead against torch's own operators, profiled with cProfile.
+
+    python bench/profile_gap.py RUN_DIR --split test --n-images 20          # compare's gap settings
+
+The phases are timed by wrapping :mod:`amortized_pyro.gap`'s calls of ``converge`` (its first call is q*, the
+others the q*_m), ``local_elbo``, ``log_marginal`` (IWAE), ``ais_log_marginal`` (AIS) and ``refine``, with
+the measurement otherwise as ``measure_run`` runs it (compare's settings: M = 4, K = 1,000, AIS 200 steps,
+q* capped at 3,000 steps, refinement rows 0 / 5 / 20 / 100). "torch operators" is cProfile's own time in
+built-in functions and methods (torch's C++ operators, their dispatch included); "Python" is the own time
+of every Python function (the optimizers' loops, Pyro-free here, tensor bookkeeping). cProfile's hooks slow
+Python code, so the Python share is an upper bound; the wall time without the profiler is printed too.
+"""
+import argparse
+import cProfile
+import pstats
+import time
+from collections import defaultdict
+
+import torch
+
+from amortized_pyro import gap
+from amortized_pyro.comparison import COMPARE_GAP, COMPARE_REFINE
+from amortized_pyro.fitting import measure_run
+
+PHASES = {"converge": None, "local_elbo": "local-ELBO estimates (L(q*), L(q*_m; θ_m), the guide's, refinement)",
+          "log_marginal": "IWAE log p(x | θ_m)", "ais_log_marginal": "AIS log p(x | θ_m)",
+          "refine": "refinement rows' Adam steps"}
+
+
+def timed(seconds):
+    """Wrap gap's phase functions so that each call's wall time is added to ``seconds[phase]``."""
+    originals = {name: getattr(gap, name) for name in PHASES}
+    calls = defaultdict(int)
+
+    def wrapper(name):
+        def run(*args, **kwargs):
+            calls[name] += 1
+            label = PHASES[name] or ("q* (one optimization over the M draws)" if calls[name] == 1
+                                     else "q*_m (M optimizations, one per draw)")
+            began = time.perf_counter()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                seconds[label] += time.perf_counter() - began
+        return run
+
+    for name in PHASES:
+        setattr(gap, name, wrapper(name))
+    return lambda: [setattr(gap, name, fn) for name, fn in originals.items()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--split", default="test", choices=["train", "test"])
+    parser.add_argument("--n-images", type=int, default=20)
+    args = parser.parse_args()
+    quiet = dict(settings=COMPARE_GAP, refine_steps=COMPARE_REFINE, log=lambda *a: None)
+
+    began = time.perf_counter()
+    measure_run(args.run_dir, args.split, args.n_images, **quiet)
+    plain = time.perf_counter() - began
+
+    seconds = defaultdict(float)
+    restore = timed(seconds)
+    profiler = cProfile.Profile()
+    began = time.perf_counter()
+    profiler.runcall(measure_run, args.run_dir, args.split, args.n_images, **quiet)
+    total = time.perf_counter() - began
+    restore()
+
+    stats = pstats.Stats(profiler).stats
+    builtin = sum(tt for (path, _, _), (_, _, tt, _, _) in stats.items() if path == "~")
+    own = sum(tt for (_, _, _), (_, _, tt, _, _) in stats.items())
+    print("gap %s --split %s --n-images %d, compare's settings; torch %s, %d thread(s)"
+          % (args.run_dir, args.split, args.n_images, torch.__version__, torch.get_num_threads()))
+    print("\nwall time without the profiler: %.1f s; with it: %.1f s\n" % (plain, total))
+    print("| phase | s (profiled) | share |\n|---|---|---|")
+    for label, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        print("| %s | %.1f | %.0f%% |" % (label, s, 100 * s / total))
+    rest = total - sum(seconds.values())
+    print("| the rest (loading the run and data, the guide's factor, summaries) | %.1f | %.0f%% |"
+          % (rest, 100 * rest / total))
+    print("\n| own time | s | share |\n|---|---|---|")
+    print("| torch operators (built-in functions and methods) | %.1f | %.0f%% |" % (builtin, 100 * builtin / own))
+    print("| Python functions | %.1f | %.0f%% |" % (own - builtin, 100 * (own - builtin) / own))
+    print("\nthe 12 functions with the most own time:")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+
+
+if __name__ == "__main__":
+    main()
