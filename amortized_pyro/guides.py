@@ -12,7 +12,7 @@ studies' code starts them (``qz_init="random"``: per-datapoint μ ~ N(0, 1), log
 μ, log σ ~ N(0, 1)), drawn from a generator seeded with the run's seed. The encoder (``encoder_layers``
 hidden layers of width k) starts with PyTorch's default Linear initialisation, from the global stream.
 Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`` holds all its parameters
-(``q_theta.loc_unconstrained``, ``q_theta.scale_unconstrained``, and ``q_z.loc``/``q_z.log_scale`` or
+(``q_theta.loc``, ``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or
 ``q_z.encoder.*``). The factors q(z_n) are the guide builders' own modules
 (:mod:`amortized_pyro.autoguides.factors`), sized here from the run's settings.
 """

@@ -9,11 +9,10 @@ inference (evaluation, gap measurement), drawing from an explicit generator.
 import math
 
 import torch
-from torch.distributions import constraints
+from torch import nn
 
 import pyro
 import pyro.distributions as dist
-from pyro.nn import PyroParam
 
 from .model import kl_scaled
 from .modules import LocalModule
@@ -43,16 +42,22 @@ def q_normal(objective):
 class DecoderPosterior(LocalModule):
     """q(θ) for the decoder tensors ``shapes`` (site name → shape, as :func:`~amortized_pyro.model.decoder_shapes`).
 
-    (m, s) are two flat vectors over all decoder tensors, as in the studies' code, viewed per site: one
-    exponential for every s per step instead of one per tensor (the step is Python-bound at small sizes)."""
+    (m, log s) are two flat vectors over all decoder tensors (parameters ``loc`` and ``log_scale``), as in the
+    studies' code, viewed per site: one exponential for every s per step instead of one per tensor (the step
+    is Python-bound at small sizes). s = exp(log s) is what Pyro's positive constraint computes, to the bit."""
 
     def __init__(self, shapes, init_scale=THETA_INIT_SCALE, objective="elbo"):
         super().__init__()
         self.objective = objective
         self.shapes = dict(shapes)
         size = sum(math.prod(shape) for shape in self.shapes.values())
-        self.loc = PyroParam(torch.zeros(size))
-        self.scale = PyroParam(torch.full((size,), float(init_scale)), constraints.positive)
+        self.loc = nn.Parameter(torch.zeros(size))
+        self.log_scale = nn.Parameter(torch.full((size,), float(init_scale)).log())
+
+    @property
+    def scale(self):
+        """s, the flat vector of standard deviations."""
+        return self.log_scale.exp()
 
     def _split(self, flat):
         """Site → the view of ``flat`` holding that site's tensor. Where (m, s) are stacked over replicas

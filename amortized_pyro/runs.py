@@ -34,7 +34,18 @@ import pyro
 from .errors import AmortizedPyroError, RunExists
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
-FORMAT = 2  # 1: Pyro param-store state (before the guides owned their parameters); 2: the guide's state_dict
+FORMAT = 3  # 1: Pyro param-store state (before the guides owned their parameters); 2: the guide's state_dict,
+# q(θ) under PyroParam's private names (q_theta.loc_unconstrained, q_theta.scale_unconstrained: log s), read
+# as 3 (RENAMED_IN_3); 3: the guide's state_dict, q(θ) as q_theta.loc and q_theta.log_scale
+RENAMED_IN_3 = {"q_theta.loc_unconstrained": "q_theta.loc", "q_theta.scale_unconstrained": "q_theta.log_scale"}
+
+
+def _upgrade(value):
+    """A format-2 checkpoint or parameters file read as format 3: the same tensors under the new names (the
+    optimizer's state is by position, in name order, which the renaming keeps)."""
+    if isinstance(value, dict) and value.get("format") == 2:
+        value = dict(value, format=3, guide={RENAMED_IN_3.get(k, k): v for k, v in value["guide"].items()})
+    return value
 
 
 def _json_safe(record):
@@ -190,7 +201,7 @@ class RunWriter:
 def _load(path, what):
     try:
         if what.endswith(".pt"):
-            value = torch.load(path / what, map_location="cpu", weights_only=False)
+            value = _upgrade(torch.load(path / what, map_location="cpu", weights_only=False))
             if not isinstance(value, dict) or value.get("format") != FORMAT:
                 raise AmortizedPyroError("%s in %s was written by an earlier version of amortized_pyro (parameters in "
                                          "Pyro's global param store): it cannot be loaded or resumed; its metrics "

@@ -2,6 +2,7 @@
 best factor is within its reach leaves no amortization gap (linear decoder, θ at a point: the posterior mean
 is linear in x, which an encoder with LeakyReLU slope 1 represents exactly); the command end to end."""
 import json
+import math
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ from test_gap import Linear
 def test_a_converged_encoder_closes_the_gap_where_it_can(monkeypatch):
     monkeypatch.setattr(model_module, "LEAKY_SLOPE", 1.0)
     linear = Linear()  # N = 4 images, z in 2-D
-    linear.guide.q_theta.scale = torch.full((linear.guide.q_theta.loc.numel(),), 1e-6)  # θ at a point: E_q[θ]
+    with torch.no_grad():  # θ at a point: E_q[θ]
+        linear.guide.q_theta.log_scale.fill_(math.log(1e-6))
     x = linear.x.repeat(10, 1) + 0.3 * torch.randn(40, linear.x.shape[1])  # 40 training images around them
     training = EncoderTraining(encoder_lr=3e-3, encoder_batch_size=10, encoder_tolerance=0.01, encoder_window=50,
                                max_epochs=20000)

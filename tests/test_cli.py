@@ -1,5 +1,6 @@
 """The command line end to end, and its answers to bad input: one line, non-zero exit, no traceback."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -39,7 +40,7 @@ def test_fit_writes_all_outputs(tmp_path, guide):
                                 "train_predictive_mse", "test_predictive_mse", "theta_scale_mean"}
     assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
     state = torch.load(tmp_path / "params.pt", weights_only=False)
-    assert state["format"] == 2 and "q_theta.loc_unconstrained" in state["guide"]
+    assert state["format"] == 3 and "q_theta.loc" in state["guide"]
 
 
 def test_module_entry_point_runs_fit_as_written(tmp_path):
@@ -135,3 +136,25 @@ def test_preset_values_follow_the_fields_rules_in_the_cli_and_the_api(tmp_path, 
         assert result.exit_code == 2 and expected in result.output and "Traceback" not in result.output
     with pytest.raises(AmortizedPyroError, match=expected):
         FitConfig.from_toml(path)
+
+
+def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_path):
+    """Format 2 named q(θ)'s tensors by PyroParam's private names (q_theta.loc_unconstrained, .scale_unconstrained,
+    the log-scales); such a run reads as format 3 (q_theta.loc, q_theta.log_scale) and resumes exactly as the
+    same run written today."""
+    from amortized_pyro.fitting import load_run, resume
+    from amortized_pyro.runs import RENAMED_IN_3
+    from conftest import tiny_finished_run
+    new = tiny_finished_run(tmp_path / "new")
+    old = tmp_path / "old"
+    shutil.copytree(new, old)
+    before = {new_name: old_name for old_name, new_name in RENAMED_IN_3.items()}
+    for name in ("params.pt", "checkpoint.pt"):
+        state = torch.load(old / name, weights_only=False)
+        torch.save(dict(state, format=2, guide={before.get(k, k): v for k, v in state["guide"].items()}), old / name)
+    assert "q_theta.scale_unconstrained" in torch.load(old / "checkpoint.pt", weights_only=False)["guide"]
+    quiet = dict(progress=False, log=lambda *a: None)
+    for a, b in ((load_run(new), load_run(old)), (resume(new, epochs=3, **quiet), resume(old, epochs=3, **quiet))):
+        assert a.guide.state_dict().keys() == b.guide.state_dict().keys()
+        for key, value in a.guide.state_dict().items():
+            assert torch.equal(value, b.guide.state_dict()[key]), key

@@ -39,8 +39,8 @@ def variational_params(guide, idx):
     """(m, s) of every θ site, and (μ, σ) of q(z) for the batch, read from the guide's state_dict by name."""
     p = {name: value.detach() for name, value in guide.state_dict().items()}
     shapes = [(HIDDEN, Z_DIM), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (X_DIM, HIDDEN), (X_DIM,)]
-    locs = split_theta(p["q_theta.loc_unconstrained"], shapes)
-    scales = split_theta(p["q_theta.scale_unconstrained"].exp(), shapes)
+    locs = split_theta(p["q_theta.loc"], shapes)
+    scales = split_theta(p["q_theta.log_scale"].exp(), shapes)
     q_theta = {l: (m, s) for l, m, s in zip(LAYERS, locs, scales)}
     if guide.family == "amortized":
         return q_theta, None, {k[len("q_z.encoder."):]: v for k, v in p.items() if k.startswith("q_z.encoder.")}

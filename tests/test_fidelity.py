@@ -134,8 +134,8 @@ def pairs(result, reference):
     """(package tensor, reference tensor) for every variational parameter, unconstrained (log-sds) as the
     guide's state_dict keeps them (q(θ) as one flat vector in the decoder's tensor order)."""
     params = {k: v.detach() for k, v in result.state_dict().items()}
-    found = [(params["q_theta.loc_unconstrained"], reference.theta_mean),
-             (params["q_theta.scale_unconstrained"], reference.theta_log_sd)]
+    found = [(params["q_theta.loc"], reference.theta_mean),
+             (params["q_theta.log_scale"], reference.theta_log_sd)]
     if reference.guide == "amortized":
         names = ["body.%d" % (2 * i) for i in range(len(reference.hidden))] + ["loc", "log_scale"]
         for name, layer in zip(names, reference.layers):

@@ -42,7 +42,7 @@ class Linear:
         # converges at the usual rate
         means = torch.cat([0.45 * torch.randn(shape).flatten() for shape in self.guide.q_theta.shapes.values()])
         with torch.no_grad():
-            self.guide.q_theta.loc_unconstrained.copy_(means)
+            self.guide.q_theta.loc.copy_(means)
         t = self.guide.decoder_mean()
         self.W = t["decoder.w3"] @ t["decoder.w2"] @ t["decoder.w1"]
         self.b = t["decoder.w3"] @ (t["decoder.w2"] @ t["decoder.b1"] + t["decoder.b2"]) + t["decoder.b3"]

@@ -69,9 +69,9 @@ def test_guides_share_one_q_theta_and_differ_in_q_z():
         names[guide_name] = {k: tuple(v.shape) for k, v in guide.state_dict().items()}
         assert torch.allclose(guide.q_theta.scale, torch.tensor(0.1353352832))  # e^-2, q(θ)'s start
     size = sum(torch.Size(shape).numel() for shape in SHAPES.values())
-    for params in names.values():  # q(θ): flat means and (unconstrained) scales over every decoder tensor
+    for params in names.values():  # q(θ): flat means and log-scales over every decoder tensor
         assert {k: v for k, v in params.items() if k.startswith("q_theta.")} == {
-            "q_theta.loc_unconstrained": (size,), "q_theta.scale_unconstrained": (size,)}
+            "q_theta.loc": (size,), "q_theta.log_scale": (size,)}
     assert names["per-datapoint"]["q_z.loc"] == (N, Z_DIM) and names["shared"]["q_z.loc"] == (Z_DIM,)
     assert names["amortized"]["q_z.encoder.body.0.weight"] == (6, X_DIM)
     assert names["semi-amortized"] == names["amortized"]

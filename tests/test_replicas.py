@@ -51,7 +51,7 @@ def test_each_replica_is_the_single_run_of_its_seed(settings, tiny_data):
     for one, alone in zip(packed, singles):
         assert_same_run(one, alone)
     # what makes it discriminating: the two seeds' runs are far apart
-    apart = packed[0].guide.state_dict()["q_theta.loc_unconstrained"] - singles[1].guide.state_dict()["q_theta.loc_unconstrained"]
+    apart = packed[0].guide.state_dict()["q_theta.loc"] - singles[1].guide.state_dict()["q_theta.loc"]
     assert apart.abs().max() > 1e-3
 
 

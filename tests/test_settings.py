@@ -88,7 +88,7 @@ def test_weight_decay_applies_to_q_z_matrices_only():
     table, vector = torch.zeros(5, 3), torch.zeros(3)
     assert decays("q_z.loc", table) and decays("q_z.encoder.body.0.weight", table)
     assert not decays("q_z.loc", vector) and not decays("q_z.encoder.body.0.bias", vector)
-    assert not decays("q_theta.loc_unconstrained", table) and not decays("q_theta.scale_unconstrained", table)
+    assert not decays("q_theta.loc", table) and not decays("q_theta.log_scale", table)
 
 
 def test_evaluating_does_not_change_training(tiny_data):
