@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+import pyro
+
 from .ais import ais_log_marginal
 from .local_elbo import StoppingRule, converge, local_elbo, log_weights, refine
 from .model import decode
@@ -114,6 +116,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     return result
 
 
+@pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
 def measure_factors(log_joint, x, thetas, factor, size, settings, generator, refine_steps=()):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [..., n, size]), ``thetas`` the fixed global draws, ``factor`` the guide's (μ, σ) [n, size] or None
