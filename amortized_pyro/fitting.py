@@ -188,15 +188,14 @@ def start(config, data, device, writer, checkpoint):
     return model, guide, state
 
 
-def writing(writer, guide, state, device, rng=None):
-    """The ``after_epoch`` of :func:`~amortized_pyro.training.train` that writes each record to ``writer``
-    and checkpoints when due, at the end and when stopping (``rng()``: the random states to save, by
-    default the global ones)."""
+def writing(writer, guide, state, device):
+    """The ``after_epoch`` of a :class:`~amortized_pyro.training.SingleRun` that writes each record to
+    ``writer`` and checkpoints when due, at the end and when stopping (with the global random states)."""
     def after_epoch(record, last, stopping):
         if writer:
             writer.add(record)
             if last or stopping or writer.due(record["epoch"]):
-                writer.checkpoint(guide, state, device, rng() if rng else None)
+                writer.checkpoint(guide, state, device)
     return after_epoch
 
 
@@ -212,7 +211,8 @@ def finish(config, data, device, writer, model, guide, state):
 def stopped(error, writer):
     """``error`` (Diverged or Interrupted) naming the run directory and what it keeps."""
     if isinstance(error, Diverged):
-        return Diverged(error.epoch, error.loss, writer.out, read_checkpoint(writer.out)["epoch"]) if writer else error
+        return Diverged(error.epoch, error.loss, writer.out, read_checkpoint(writer.out)["epoch"],
+                        error.replica) if writer else error
     return Interrupted(error.signum, error.epoch, writer.out if writer else None)
 
 

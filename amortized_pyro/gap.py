@@ -99,6 +99,7 @@ def summarize(values):
     return {"mean": values.mean().item(), "stderr": stderr}
 
 
+@pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
 def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
     factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
@@ -116,7 +117,6 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     return result
 
 
-@pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
 def measure_factors(log_joint, x, thetas, factor, size, settings, generator, refine_steps=()):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [..., n, size]), ``thetas`` the fixed global draws, ``factor`` the guide's (μ, σ) [n, size] or None

@@ -25,7 +25,7 @@ import pyro
 import pyro.distributions as dist
 from pyro import poutine
 
-from .autoguides.factors import rows_of
+from .batching import rows_of
 from .modules import LocalModule
 
 LEAKY_SLOPE = 0.2

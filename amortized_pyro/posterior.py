@@ -2,7 +2,7 @@
 
     q(θ) = Π_j Normal(θ_j | m_j, s_j),   m_j = 0 and s_j = ``init_scale`` at the start (e^-2 in both studies)
 
-The module owns (m, s) (s through Pyro's positive constraint). Calling it draws θ at
+The module owns (m, log s) as plain parameters, ``loc`` and ``log_scale``. Calling it draws θ at
 the model's ``decoder.*`` sample sites; :meth:`DecoderPosterior.sample` is the one sampler of q(θ) outside
 inference (evaluation, gap measurement), drawing from an explicit generator.
 """

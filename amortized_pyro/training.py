@@ -1,4 +1,5 @@
-"""The SVI training loop: a function of (model, guide, data, schedule) and the state it continues from.
+"""The SVI training loop: a function of the runs it trains (one run, or seeds packed as replicas), the data
+and the schedule, from the states they continue from.
 
 Each epoch takes SVI steps (:mod:`amortized_pyro.svi`) on a fresh random order of the training images in
 minibatches drawn on the device, reads the loss back once (the epoch's one host sync), and every

@@ -9,6 +9,7 @@ from torch import nn
 
 import pyro
 
+from amortized_pyro import AmortizedPyroError, BayesianDecoderModel, make_guide
 from amortized_pyro.autoguides import (AutoPerDatapointNormal, AutoSharedNormal, EncoderTraining, capacity_sweep,
                                        measure_gap, train_fresh_encoder)
 from amortized_pyro.gap import GapSettings
@@ -73,8 +74,11 @@ def test_the_sweep_copies_the_trained_globals_and_writes_a_row_per_encoder_and_s
         torch.testing.assert_close(fresh.global_sample(torch.Generator().manual_seed(3))[name], value, rtol=0, atol=0)
 
 
-def test_a_users_encoder_that_cannot_take_the_data_is_refused_in_one_line():
+def test_what_it_cannot_serve_is_refused_in_one_line():
     toy = LinearGaussian(20, 6, 2, 0.5)
     guide = trained_guide(AutoSharedNormal, toy.model, toy.x)
-    with pytest.raises(Exception, match="the encoder cannot take the plate's data"):
+    with pytest.raises(AmortizedPyroError, match="the encoder cannot take the plate's data"):
         train_fresh_encoder(toy.model, guide, toy.x, encoder=nn.Linear(5, 3))
+    package = make_guide("shared", 20, x_dim=6, z_dim=2, hidden=4)  # q(θ): the package's flat vector
+    with pytest.raises(AmortizedPyroError, match="the package's own guides have the capacity command"):
+        train_fresh_encoder(BayesianDecoderModel(20, 6, 2, 4), package, toy.x, torch.arange(20))

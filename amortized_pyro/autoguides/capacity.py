@@ -19,8 +19,10 @@ import torch
 
 import pyro
 
+from ..errors import AmortizedPyroError
 from ..local_elbo import log_weights
 from ..settings import Checked, option
+from .base import GLOBAL_GUIDES
 from .families import AutoAmortizedNormal
 from .gap import measure_gap
 from .local_joint import LocalJoint
@@ -66,8 +68,9 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     (module docstring). Built and trained with module-local parameters: nothing of Pyro's param store is
     touched.
 
-    :param guide: a trained :class:`~amortized_pyro.autoguides.AutoLocalGuide` (any family): its q(θ) is
-        copied into the fresh guide, which does not train it; the trained guide is left as it was.
+    :param guide: a trained guide of the four builders (any family): its q(θ) is copied into the fresh guide,
+        which does not train it; the trained guide is left as it was. The package's own guides (their q(θ)
+        the flat vector) are refused in one line: theirs is :mod:`amortized_pyro.capacity`.
     :param int width: the default encoder's width. :param int layers: its hidden layers.
     :param encoder: a body of the user's instead (data [B, ...] → features [B, F]); it is trained.
     :param encoder_input: as :class:`~amortized_pyro.autoguides.AutoAmortizedNormal`.
@@ -77,6 +80,10 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     :returns: (the fresh guide, epochs run, whether the cap was hit, the last window's mean local ELBO per
         datapoint).
     """
+    if guide.q_theta is not None and not isinstance(guide.q_theta, tuple(GLOBAL_GUIDES.values())):
+        raise AmortizedPyroError("the guide's global part is a %s, not a builder's (Pyro's AutoNormal or AutoDelta): "
+                                 "the package's own guides have the capacity command (amortized_pyro.capacity)"
+                                 % type(guide.q_theta).__name__)
     training = (training or EncoderTraining()).check()
     device = next(guide.parameters()).device
     with pyro.settings.context(module_local_params=True):

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from ..batching import rows_of
 from ..local_elbo import refine
 
 LEAKY_SLOPE = 0.2
@@ -24,12 +25,6 @@ def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):
     sizes = [x_dim] + [width] * layers
     return nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
                            for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
-
-
-def rows_of(values, idx):
-    """The rows idx [..., B] of ``values`` [..., N, D] (leading dimensions: particles or replicas)."""
-    idx = idx.expand(values.shape[:-2] + idx.shape[-1:])
-    return values.gather(-2, idx.unsqueeze(-1).expand(idx.shape + values.shape[-1:]))
 
 
 class Encoder(nn.Module):
