@@ -18,6 +18,7 @@ Supported: the amortized, per-datapoint and shared guides, one particle, the tra
 """
 import contextlib
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
@@ -30,7 +31,7 @@ from pyro.poutine.util import site_is_subsample
 from .errors import AmortizedPyroError
 from .runs import rng_states
 from .svi import DeviceTrace_ELBO, make_elbo, make_optimizer
-from .training import minibatches, outside_the_stream
+from .training import check_once, minibatches, outside_the_stream
 
 SUPPORTED = "every guide but the semi-amortized (it refines inside the guide), particles = 1, elbo = trace"
 
@@ -138,6 +139,16 @@ class Pack:
         total = sum(self.step(data.train[idx], idx, kl_scale, every) for idx in map(torch.stack, zip(*orders)))
         self.copy_to_guides()
         return total / len(orders[0])
+
+    def check(self, x, idx, kl_scale, x_all):
+        """Pyro's validation on one evaluation of the pack's ELBOs (the outer plate, the stacked guide) on the
+        first minibatch for every replica, outside every stream: the replicas' generators are put back."""
+        replicas, states = len(self.guides), [s.generator.get_state() for s in self.streams]
+        every = None if x_all is None else x_all.expand((replicas,) + x_all.shape)
+        elbos = partial(self.elbo.particle_elbos, self.models[0], self.guide)
+        check_once(elbos, (x.expand((replicas,) + x.shape), idx.expand(replicas, -1), kl_scale, every), x.device)
+        for stream, state in zip(self.streams, states):
+            stream.generator.set_state(state)
 
     def random_states(self, r):
         """The global streams set to replica r's while its record is drawn."""

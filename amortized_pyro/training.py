@@ -116,6 +116,10 @@ class SingleRun:
                    for idx in batches)
         return (loss / len(batches)).reshape(1)
 
+    def check(self, x, idx, kl_scale, x_all):
+        """Pyro's validation on one ELBO evaluation of the first minibatch (:func:`check_once`)."""
+        check_once(self.elbos[0], (x, idx, kl_scale, x_all), x.device)
+
     def random_states(self, r):
         """The random states run r's record is drawn under (a single run: the global ones)."""
         return contextlib.nullcontext()
@@ -135,7 +139,7 @@ def train(runs, data, schedule, progress=True):
     x_all = data.train if schedule.local_terms == "all" else None
     first = torch.arange(min(schedule.batch_size, n_obs), device=device)
     epoch0 = runs.states[0].epoch
-    check_once(runs.elbos[0], (data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all), device)
+    runs.check(data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all)
     bar = tqdm(range(epoch0 + 1, schedule.epochs + 1), desc=runs.label, unit="epoch", disable=not progress,
                leave=False)
     with StopSignals() as stop, pyro.validation_enabled(False):

@@ -304,3 +304,36 @@ def test_guide_lists_pickles_masks_and_saturated_supports(toy, global_param_stor
         trace = poutine.trace(guide).get_trace(x.clamp(max=1))
     log_q = trace.nodes["p"]["fn"].log_prob(trace.nodes["p"]["value"])
     assert (log_q > 15).all(), log_q  # re-inverting the saturated draw instead read about −800 (seen)
+
+
+def test_annealing_scales_the_guides_latent_sites_as_the_model_scales_its_own():
+    """KL warm-up, β-VAE: with the model's latent sites under poutine.scale(β) and the builder's ``annealing``
+    returning β, Trace_ELBO's loss is −[log p(x | z, W) + β (log p(W, z) − log q(W, z))] at the guide's draw."""
+    x = LinearGaussian(N, DX, DZ, sigma=0.5).x
+
+    def model(x, beta):
+        with poutine.scale(scale=beta):
+            W = pyro.sample("W", dist.Normal(torch.zeros(DX, DZ), 1.0).to_event(2))
+        with pyro.plate("data", len(x)):
+            with poutine.scale(scale=beta):
+                z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([DZ]).to_event(1))
+            pyro.sample("x", dist.Normal(z @ W.T, 0.5).to_event(1), obs=x)
+
+    beta = 0.3
+    with pyro.settings.context(module_local_params=True):
+        guide = AutoAmortizedNormal(model, width=8, annealing=lambda x, beta: beta)
+        guide(x, beta)
+        pyro.set_rng_seed(0)
+        loss = Trace_ELBO(max_plate_nesting=1).differentiable_loss(model, guide, x, beta)
+        pyro.set_rng_seed(0)
+        guide_trace = poutine.trace(guide).get_trace(x, beta)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, beta)
+
+    def log_p(trace, name):
+        return trace.nodes[name]["fn"].log_prob(trace.nodes[name]["value"]).sum()
+
+    # AutoNormal draws W at "W_unconstrained" (W is real: no Jacobian) and puts it at "W" with a Delta
+    latent = log_p(model_trace, "W") + log_p(model_trace, "z") - log_p(guide_trace, "W_unconstrained") \
+        - log_p(guide_trace, "z")
+    torch.testing.assert_close(-loss, log_p(model_trace, "x") + beta * latent)
+    assert ((1 - beta) * latent).abs() > 1.0  # what makes it discriminating: β = 1 is far from it

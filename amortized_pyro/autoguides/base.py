@@ -39,6 +39,10 @@ class AutoLocalGuide(AutoGuide):
         ``init_scale`` times exp of its log-scale head at torch's default initialization.
     :param str globals: ``"normal"`` (mean-field Normal, AutoNormal) or ``"delta"`` (point estimates,
         AutoDelta) for the global latent sites; unused where the model has none.
+    :param callable annealing: a function of the model's arguments returning a scale β (a number, a 0-dim
+        tensor, or None for none) under which the guide draws every latent site (``poutine.scale``), for a
+        model that scales its latent sites by the same β, as Pyro's examples anneal the KL (examples/dmm):
+        the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p) (KL warm-up, β-VAE); None: no scale.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
         data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,
         its sample sites at their prototype values: what it computes before the plate is computed twice per
@@ -46,14 +50,15 @@ class AutoLocalGuide(AutoGuide):
         guide takes the list's plates, so give the list the ``create_plates`` of a subsampled model.
     """
 
-    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", create_plates=None):
+    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", annealing=None,
+                 create_plates=None):
         if globals not in GLOBAL_GUIDES:
             raise AmortizedPyroError("globals must be one of %s, got %r" % (", ".join(GLOBAL_GUIDES), globals))
         if not init_scale > 0:
             raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
         super().__init__(model, create_plates=self._plates_of_call)
         self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), globals
-        self._user_plates = create_plates
+        self._user_plates, self.annealing = create_plates, annealing
         self.structure = None
         self.q_theta = None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
@@ -123,15 +128,17 @@ class AutoLocalGuide(AutoGuide):
         if self.prototype_trace is None:
             self._setup_prototype(*args, **kwargs)
         plates = self._create_plates(*args, **kwargs)
-        result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
-        data_plate = plates[self.plate]
-        loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
-        locs, scales = self.structure.split(loc), self.structure.split(scale)
-        with data_plate:
-            for site in self.structure.locals:
-                base = dist.Normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
-                q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
-                result[site.name] = pyro.sample(site.name, q)
+        beta = self.annealing(*args, **kwargs) if self.annealing is not None else None
+        with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
+            result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
+            data_plate = plates[self.plate]
+            loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
+            locs, scales = self.structure.split(loc), self.structure.split(scale)
+            with data_plate:
+                for site in self.structure.locals:
+                    base = dist.Normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
+                    q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
+                    result[site.name] = pyro.sample(site.name, q)
         return result
 
     # ---- access for measurement ---------------------------------------------------------------------------

@@ -72,8 +72,9 @@ class AutoAmortizedNormal(AutoLocalGuide):
     """
 
     def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
-                 plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", create_plates=None):
-        super().__init__(model, plate=plate, init_scale=init_scale, globals=globals, create_plates=create_plates)
+                 plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", annealing=None, create_plates=None):
+        super().__init__(model, plate=plate, init_scale=init_scale, globals=globals, annealing=annealing,
+                         create_plates=create_plates)
         if width < 1 or layers < 0:
             raise AmortizedPyroError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
         self.encoder_input, self.width, self.layers = encoder_input, width, layers
