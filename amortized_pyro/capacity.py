@@ -15,19 +15,21 @@ from dataclasses import asdict
 import torch
 
 from .autoguides.capacity import until_converged
-from .autoguides.factors import AmortizedFactor
 from .gap import measure
-from .guides import Guide, encoder, label
+from .guides import label, make_guide
 from .local_elbo import log_weights
+from .streams import outside_the_stream
 
 
 def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
-    """A fresh encoder trained on the frozen ``q_theta`` to convergence (module docstring): (its q(z)
-    factor, epochs run, whether the cap was hit, the last window's mean local ELBO per image)."""
+    """A fresh amortized guide on the frozen ``q_theta`` (a copy), its encoder trained to convergence (module
+    docstring): (the guide, epochs run, whether the cap was hit, the last window's mean local ELBO per image)."""
     generator = torch.Generator(x.device).manual_seed(seed)
-    with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+    with outside_the_stream(x.device):
         torch.manual_seed(seed)  # the encoder's initialisation
-        factor = AmortizedFactor(encoder(x.shape[1], model.z_dim, width, layers, slope)).to(x.device)
+        guide = make_guide("amortized", model, width, encoder_layers=layers, encoder_slope=slope).to(x.device)
+    guide.q_theta.load_state_dict(q_theta.state_dict())
+    factor = guide.q_z
     optimizer = torch.optim.Adam(factor.parameters(), lr=training.encoder_lr)
 
     def epoch():
@@ -44,7 +46,7 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
             total += objective.detach()
         return total
 
-    return (factor,) + until_converged(epoch, optimizer, training, x.shape[0])
+    return (guide,) + until_converged(epoch, optimizer, training, x.shape[0])
 
 
 def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None):
@@ -61,9 +63,8 @@ def sweep(result, data, widths, depths, seeds, n_images, training, settings, log
             for seed in seeds:
                 if (width, depth, seed) in finished:
                     continue
-                factor, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope,
-                                                             training, seed)
-                guide = Guide("amortized", data.train.shape[0], q_theta, factor)
+                guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope,
+                                                            training, seed)
                 log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.1f nats per image"
                     % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
                 for split, images in (("train", data.train), ("test", data.test)):

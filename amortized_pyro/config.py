@@ -20,7 +20,8 @@ from .autoguides.factors import REFINE_GRADS
 from .errors import AmortizedPyroError
 from .guides import GUIDES, QZ_INITS
 from .model import LIKELIHOODS, LOCAL_TERMS
-from .posterior import OBJECTIVES, THETA_INIT_SCALE
+from .objectives import OBJECTIVES
+from .posterior import THETA_INIT_SCALE
 from .settings import Checked, field_error, option
 from .svi import ESTIMATORS
 

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from .guides import factor
 from .model import decode
 
 EVAL_BATCH = 10000
@@ -28,14 +29,14 @@ def reconstruct(model, guide, x, idx=None):
     per-datapoint). Returns None where the guide has no q(z) for these images, or there are none."""
     if x.shape[0] == 0:
         return None
-    theta = guide.decoder_mean()
+    theta = guide.global_mean()
     chunks = []
     for start in range(0, x.shape[0], EVAL_BATCH):
         rows = slice(start, start + EVAL_BATCH)
-        z = guide.latent_mean(x[rows], None if idx is None else idx[rows])
-        if z is None:
+        q_z = factor(guide, x[rows], None if idx is None else idx[rows])
+        if q_z is None:
             return None
-        chunks.append(model.observation_mean(decode(z, theta)))
+        chunks.append(model.observation_mean(decode(q_z[0], theta)))
     return torch.cat(chunks)
 
 
@@ -46,7 +47,7 @@ def predict(model, guide, x, idx, draws, generator):
     if x.shape[0] == 0:
         return None
     chunks = [slice(start, start + EVAL_BATCH) for start in range(0, x.shape[0], EVAL_BATCH)]
-    factors = [guide.factor(x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
+    factors = [factor(guide, x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
     if any(factor is None for factor in factors):
         return None
     total = torch.zeros_like(x)

@@ -31,9 +31,8 @@ def build(config, n_obs, x_dim, device):
     """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels, on ``device``."""
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
                                  config.likelihood, config.local_terms)
-    guide = make_guide(config.guide, n_obs, x_dim, config.z_dim, config.hidden, config.width, config.init_scale,
-                       config.encoder_layers, config.qz_init, config.seed, config.refine_steps, config.refine_lr,
-                       model.local_log_joint, config.encoder_slope, config.objective, config.local_terms,
+    guide = make_guide(config.guide, model, config.width, config.init_scale, config.encoder_layers, config.qz_init,
+                       config.seed, config.refine_steps, config.refine_lr, config.encoder_slope, config.objective,
                        config.refine_grad)
     return model.to(device), guide.to(device)
 

@@ -37,6 +37,7 @@ import pyro
 
 from .ais import ais_log_marginal
 from .local_elbo import StoppingRule, converge, local_elbo, log_weights, refine
+from .guides import factor
 from .model import decode
 from .settings import Checked, option
 
@@ -72,7 +73,7 @@ class GapSettings(Checked):
 def theta_draws(q_theta, settings, generator):
     """The M fixed draws of θ (or E_q[θ] once) that every evaluation shares."""
     if settings.theta == "mean":
-        return [q_theta.mean()]
+        return [q_theta.median()]
     return [q_theta.sample(generator) for _ in range(settings.theta_draws)]
 
 
@@ -107,11 +108,11 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
     thetas = theta_draws(guide.q_theta, settings, generator)
-    factor = guide.factor(x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
-    result, best = measure_factors(model.local_log_joint, x, thetas, factor, model.z_dim, settings, generator,
+    q_z = factor(guide, x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
+    result, best = measure_factors(model.local_log_joint, x, thetas, q_z, model.z_dim, settings, generator,
                                    refine_steps)
     with torch.no_grad():
-        theta = thetas[0] if settings.theta == "mean" else guide.q_theta.mean()
+        theta = thetas[0] if settings.theta == "mean" else guide.global_mean()
         plugin = model.observation_mean(decode(best.loc, theta))
     result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
     return result

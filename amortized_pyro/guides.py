@@ -1,4 +1,5 @@
-"""Variational families q(θ) q(z_{1..N}): one shared mean-field q(θ), four families for q(z_n).
+"""Variational families q(θ) q(z_{1..N}) of the package's model: one shared mean-field q(θ), four families for
+q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the model.
 
     q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias (posterior.py)
     q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
@@ -7,34 +8,31 @@
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
-The per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
-studies' code starts them (``qz_init="random"``: per-datapoint μ ~ N(0, 1), log σ ~ N(0, 1) − 1; shared
-μ, log σ ~ N(0, 1)), drawn from a generator seeded with the run's seed. The encoder (``encoder_layers``
-hidden layers of width k) starts with PyTorch's default Linear initialisation, from the global stream.
-Every guide is a :class:`~amortized_pyro.modules.LocalModule`: its ``state_dict`` holds all its parameters
-(``q_theta.loc``, ``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or
-``q_z.encoder.*``). The factors q(z_n) are the guide builders' own modules
-(:mod:`amortized_pyro.autoguides.factors`), sized here from the run's settings.
+q(θ) is the builders' global part (:class:`~amortized_pyro.posterior.DecoderPosterior`, flat vectors for
+speed); the warm-up's ``kl_scale`` is their ``annealing``; the studies' objective their ``objective``;
+``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
+per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
+studies' code starts them (``qz_init="random"``), drawn from a generator seeded with the run's seed. The
+encoder (``encoder_layers`` hidden layers of width k) starts with PyTorch's default Linear initialisation,
+from the global stream. A guide's ``state_dict`` holds all its parameters (``q_theta.loc``,
+``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or ``q_z.encoder.*``).
 """
-import contextlib
 import re
 from collections import namedtuple
-from types import SimpleNamespace
+from functools import partial
 
 import torch
-from torch.distributions import biject_to, constraints
 
 import pyro
 
-from .autoguides.base import AutoLocalGuide
-from .autoguides.factors import AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
-from .autoguides.structure import LocalSite, Structure
+from .autoguides.factors import FREE_INITS, Encoder, mlp
+from .autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal
 from .errors import AmortizedPyroError
-from .model import LEAKY_SLOPE, data_plate, decoder_shapes, kl_scaled
+from .model import LEAKY_SLOPE, data_plate
 from .modules import LocalModule
-from .posterior import THETA_INIT_SCALE, DecoderPosterior, q_normal
+from .posterior import THETA_INIT_SCALE, DecoderPosterior
 
-QZ_INITS = ("prior", "random")
+QZ_INITS = FREE_INITS
 
 
 def encoder(x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
@@ -43,106 +41,10 @@ def encoder(x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
     return Encoder(mlp(x_dim, width, layers, slope), width if layers else x_dim, z_dim)
 
 
-class Guide(LocalModule, AutoLocalGuide):
-    """The guide ``guide(x, idx, kl_scale=None, x_all=None)``: θ ~ q(θ), then z_n ~ q(z_n) inside the
-    subsampled ``data`` plate (``local_terms="minibatch"``), or for all N images x_all inside the plate
-    ``latents`` (``"all"``, as the model). ``q_theta`` is q(θ) (:class:`DecoderPosterior`), ``q_z`` the
-    family's factor q(z_n); both are scored as ``objective`` says (:func:`~amortized_pyro.posterior.q_normal`).
-
-    A guide builder (:class:`~amortized_pyro.autoguides.AutoLocalGuide`) whose structure is known from its
-    parts rather than read off a trace, so that :func:`~amortized_pyro.autoguides.measure_gap` and every
-    builder's access work on it; its own ``forward`` keeps the studies' options that the builders do not
-    offer (the warm-up's ``kl_scale``, ``local_terms="all"``, the ``reference`` objective)."""
-
-    def __init__(self, family, n_obs, q_theta, q_z, objective="elbo", local_terms="minibatch"):
-        super().__init__(None, plate="data", init_scale=1.0)
-        self.family, self.n_obs, self.local_terms = family, n_obs, local_terms
-        self.q_theta, self.q_z = q_theta, q_z
-        self.objective = q_theta.objective = objective
-        z = LocalSite("z", torch.Size([q_z.size]), biject_to(constraints.real).with_cache(), torch.Size([q_z.size]),
-                      0, q_z.size)
-        self.structure = Structure("data", -1, n_obs, [z], {name: len(shape) for name, shape in q_theta.shapes.items()},
-                                   max_plate_nesting=1)
-
-    def _plates_of_call(self, x, idx, kl_scale=None, x_all=None):
-        return [pyro.plate("data", self.n_obs, subsample=idx, dim=-1)]
-
-    def local_factor(self, indices, args, kwargs, theta):
-        return self.q_z(args[0], indices, theta, self.refine_generator)
-
-    def global_mean(self):
-        return self.q_theta.mean()
-
-    def global_sample(self, generator=None):
-        return self.q_theta.sample(generator)
-
-    def forward(self, x, idx, kl_scale=None, x_all=None):
-        theta = self.q_theta(kl_scale)
-        normal = q_normal(self.objective)
-        if self.local_terms == "all":
-            with pyro.plate("latents", self.n_obs):
-                loc, scale = self.q_z(x_all, torch.arange(self.n_obs, device=idx.device), theta)
-                with kl_scaled(kl_scale):
-                    pyro.sample("z", normal(loc, scale).to_event(1))
-            return
-        with data_plate(self.n_obs, idx):
-            loc, scale = self.q_z(x, idx, theta)
-            with kl_scaled(kl_scale):
-                pyro.sample("z", normal(loc, scale).to_event(1))
-
-    @contextlib.contextmanager
-    def scored_as(self, objective):
-        """q(θ) and q(z) scored as ``objective`` for the duration (the true ELBO of a ``reference`` run)."""
-        before = self.objective
-        self.objective = self.q_theta.objective = objective
-        try:
-            yield self
-        finally:
-            self.objective = self.q_theta.objective = before
-
-    def decoder_mean(self):
-        """E_q[θ], site → tensor, in the shapes :func:`amortized_pyro.model.decode` takes."""
-        return self.q_theta.mean()
-
-    @torch.no_grad()
-    def factor(self, x, idx=None, theta=None):
-        """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where
-        the family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at
-        ``theta`` (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from
-        a generator of its own, so that an evaluation is the same every time."""
-        if idx is None:
-            if not self.q_z.can_infer_unseen:
-                return None
-            idx = torch.arange(x.shape[0], device=x.device)
-        theta = self.decoder_mean() if theta is None else theta
-        return self.q_z(x, idx, theta, torch.Generator(x.device).manual_seed(0))
-
-    def latent_mean(self, x, idx=None):
-        """E_q[z_n] for images x, or None (see :meth:`factor`)."""
-        factor = self.factor(x, idx)
-        return None if factor is None else factor[0]
-
-
-def _amortized_factor(s):
-    return AmortizedFactor(encoder(s.x_dim, s.z_dim, s.width, s.encoder_layers, s.encoder_slope))
-
-
-def _semi_amortized_factor(s):
-    if s.log_joint is None:
-        raise AmortizedPyroError("the semi-amortized guide needs the model's log_joint to refine with")
-    return SemiAmortizedFactor(encoder(s.x_dim, s.z_dim, s.width, s.encoder_layers, s.encoder_slope), s.refine_steps,
-                               s.refine_lr, s.log_joint, s.refine_grad)
-
-
-def _free_factor(per_datapoint):
-    return lambda s: FreeFactor(s.n_obs if per_datapoint else None, s.z_dim, s.qz_init, s.seed)
-
-
-Family = namedtuple("Family", "name label encoder in_studies factor")  # factor: make_guide's settings → q_z
-FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True, _amortized_factor),
-                                Family("semi-amortized", "SA-VI", True, False, _semi_amortized_factor),
-                                Family("per-datapoint", "F-VI", False, True, _free_factor(True)),
-                                Family("shared", "constant-VI", False, True, _free_factor(False)))}
+Family = namedtuple("Family", "name label encoder in_studies")
+FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),
+                                Family("per-datapoint", "F-VI", False, True),
+                                Family("shared", "constant-VI", False, True))}
 GUIDES = tuple(FAMILIES)  # the families, in display order
 ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
@@ -174,22 +76,96 @@ def display_order(name):
     return (labels.index(family), int(width or 0), int(steps or 0), rest)
 
 
-def make_guide(family, n_obs, x_dim=784, z_dim=64, hidden=256, width=128, init_scale=THETA_INIT_SCALE,
-               encoder_layers=2, qz_init="prior", seed=0, refine_steps=0, refine_lr=1e-2, log_joint=None,
-               encoder_slope=LEAKY_SLOPE, objective="elbo", local_terms="minibatch", refine_grad="straight-through"):
-    """The guide of ``family`` ∈ GUIDES, on the CPU (move it with ``.to(device)``): ``width`` and
-    ``encoder_layers`` are the encoder's (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start
-    (F-VI, constant-VI), ``refine_steps``, ``refine_lr`` and the model's ``log_joint``
-    (:meth:`BayesianDecoderModel.local_log_joint`) and ``refine_grad`` SA-VI's refinement, ``encoder_slope`` the encoder's
-    LeakyReLU, ``objective`` how q is scored and ``local_terms`` which z the guide draws (see :class:`Guide`).
-    A FitConfig checks these values before a run; here only what would otherwise fail obscurely is refused."""
+# The builders with their parameters in the module whatever Pyro's global setting (a run's state is its guide's
+# state_dict; two guides never share a parameter): with module_local_params off, Pyro puts a PyroModule's
+# submodules into its global param store.
+class AmortizedGuide(LocalModule, AutoAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoAmortizedNormal`, module-local."""
+
+
+class SemiAmortizedGuide(LocalModule, AutoSemiAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSemiAmortizedNormal`, module-local."""
+
+
+class PerDatapointGuide(LocalModule, AutoPerDatapointNormal):
+    """:class:`~amortized_pyro.autoguides.AutoPerDatapointNormal`, module-local."""
+
+
+class SharedGuide(LocalModule, AutoSharedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSharedNormal`, module-local."""
+
+
+BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, PerDatapointGuide, SharedGuide)}
+
+
+# The model's arguments (x, idx, kl_scale, x_all) as the builders' options read them: module-level functions,
+# so that a guide pickles.
+def _warmup_scale(x, idx, kl_scale=None, x_all=None):
+    return kl_scale
+
+
+def _minibatch(x, idx, kl_scale=None, x_all=None):
+    return idx  # [B], or [R, B] for a pack of seeds, whose plate holds positions (model.data_plate)
+
+
+def _minibatch_plate(n_obs, x, idx, kl_scale=None, x_all=None):
+    return data_plate(n_obs, idx)
+
+
+def _latents_plate(n_obs, x, idx, kl_scale=None, x_all=None):
+    return pyro.plate("latents", n_obs)
+
+
+def _minibatch_images(x, idx, kl_scale=None, x_all=None):
+    return x
+
+
+def _every_image(x, idx, kl_scale=None, x_all=None):
+    return x if x_all is None else x_all  # x: a measurement's images (see :func:`factor`)
+
+
+def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
+               refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
+               refine_grad="straight-through"):
+    """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
+    :class:`~amortized_pyro.model.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
+    ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
+    (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``,
+    ``refine_lr`` and ``refine_grad`` SA-VI's refinement (with the model's hand-written local log joint),
+    ``objective`` how q is scored. A FitConfig checks these values before a run; here only what would
+    otherwise fail obscurely is refused."""
     if family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
-    q_z = FAMILIES[family].factor(SimpleNamespace(
-        n_obs=n_obs, x_dim=x_dim, z_dim=z_dim, width=width, encoder_layers=encoder_layers, encoder_slope=encoder_slope,
-        qz_init=qz_init, seed=seed, refine_steps=refine_steps, refine_lr=refine_lr, log_joint=log_joint,
-        refine_grad=refine_grad))
-    q_theta = DecoderPosterior(decoder_shapes(z_dim, hidden, x_dim), init_scale)
-    return Guide(family, n_obs, q_theta, q_z, objective, local_terms)
+    every = model.local_terms == "all"
+    options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective,
+                   globals=DecoderPosterior(model.shapes, init_scale), annealing=_warmup_scale,
+                   create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
+                   datapoint_indices=None if every else _minibatch)
+    if FAMILIES[family].encoder:
+        options.update(encoder=mlp(model.x_dim, width, encoder_layers, encoder_slope),
+                       encoder_input=_every_image if every else _minibatch_images)
+    else:
+        options.update(init=qz_init, seed=seed)
+    if family == "semi-amortized":
+        options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint)
+    guide = BUILDERS[family](model, **options)
+    x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
+    guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)
+    return guide
+
+
+@torch.no_grad()
+def factor(guide, x, idx=None, theta=None):
+    """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where the
+    family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at ``theta``
+    (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from a generator of
+    its own, so that an evaluation is the same every time."""
+    if idx is None:
+        if not guide.can_infer_unseen:
+            return None
+        idx = torch.arange(x.shape[0], device=x.device)
+    theta = guide.global_mean() if theta is None else theta
+    with guide.refinement_draws(torch.Generator(x.device).manual_seed(0)):
+        return guide.local_factor(idx, (x, idx), {}, theta)

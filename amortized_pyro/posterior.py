@@ -14,29 +14,10 @@ from torch import nn
 import pyro
 import pyro.distributions as dist
 
-from .model import kl_scaled
 from .modules import LocalModule
+from .objectives import q_normal
 
 THETA_INIT_SCALE = math.exp(-2)
-OBJECTIVES = ("elbo", "reference")
-
-
-class ReferenceNormal(dist.Normal):
-    """Normal(loc, scale) for drawing, scored as both studies' code scores q (their ``log_q`` takes variances
-    and is given standard deviations):
-
-        log q(v) = log N(v | loc, variance = scale) = −½ log(2π s) − (v − m)² / 2s,
-
-    so at v = m + s ε, −log q = ½ log s + ½ s ε² + const instead of log s + ½ ε² + const. Not a density of
-    the draws: an objective scored with it is not an ELBO (``--objective reference``)."""
-
-    def log_prob(self, value):
-        return dist.Normal(self.loc, self.scale.sqrt()).log_prob(value)
-
-
-def q_normal(objective):
-    """The Normal that scores q's draws: the true one (``elbo``) or the studies' (``reference``)."""
-    return ReferenceNormal if objective == "reference" else dist.Normal
 
 
 class DecoderPosterior(LocalModule):
@@ -72,16 +53,16 @@ class DecoderPosterior(LocalModule):
         locs, scales = self._split(self.loc), self._split(self.scale)
         return {site: (locs[site], scales[site]) for site in self.shapes}
 
-    def forward(self, kl_scale=None):
-        """Draw θ ~ q(θ) at the ``decoder.*`` sites (scaled by the warm-up's β where given), scored as
-        ``objective`` says; returns site → draw."""
+    def forward(self, *args, **kwargs):
+        """Draw θ ~ q(θ) at the ``decoder.*`` sites, scored as ``objective`` says; returns site → draw. As the
+        global part of a guide builder it is called with the model's arguments, which it does not read (the
+        builder puts a warm-up's scale around it)."""
         normal = q_normal(self.objective)
-        with kl_scaled(kl_scale):
-            return {site: pyro.sample(site, normal(loc, scale).to_event(len(self.shapes[site])))
-                    for site, (loc, scale) in self.params().items()}
+        return {site: pyro.sample(site, normal(loc, scale).to_event(len(self.shapes[site])))
+                for site, (loc, scale) in self.params().items()}
 
-    def mean(self):
-        """E_q[θ], site → tensor (detached)."""
+    def median(self):
+        """E_q[θ] (q is Normal: its median), site → tensor (detached)."""
         return {site: loc.detach() for site, (loc, _) in self.params().items()}
 
     def sample(self, generator=None):

@@ -31,7 +31,8 @@ from pyro.poutine.util import site_is_subsample
 from .errors import AmortizedPyroError
 from .runs import rng_states
 from .svi import DeviceTrace_ELBO, make_elbo, make_optimizer
-from .training import check_once, minibatches, outside_the_stream
+from .streams import outside_the_stream
+from .training import check_once, minibatches
 
 SUPPORTED = "every guide but the semi-amortized (it refines inside the guide), particles = 1, elbo = trace"
 

@@ -27,6 +27,7 @@ import pyro
 from .errors import Diverged, Interrupted
 from .evaluation import evaluate
 from .process import StopSignals
+from .streams import outside_the_stream
 from .svi import make_elbo, make_optimizer, step
 
 
@@ -45,11 +46,6 @@ def kl_schedule(schedule, epoch, device):
     if not schedule.kl_warmup:
         return None
     return torch.tensor(min(1.0, epoch / schedule.kl_warmup), device=device)
-
-
-def outside_the_stream(device):
-    """The global random streams forked: draws made inside leave training's stream as it was."""
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
 
 
 def check_once(elbo, args, device):

@@ -13,10 +13,10 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 STUDY_GUIDES = tuple(f.name for f in FAMILIES.values() if f.in_studies)  # the studies' families (SA-VI is ours)
 
 
-def build_guide(name, model, *args, **kwargs):
-    """make_guide for any family, SA-VI refining (2 steps) with the model's local log joint."""
+def build_guide(name, model, **kwargs):
+    """make_guide for any family, SA-VI refining (2 steps)."""
     from amortized_pyro import make_guide
-    return make_guide(name, *args, refine_steps=2, log_joint=model.local_log_joint, **kwargs)
+    return make_guide(name, model, refine_steps=2, **kwargs)
 
 
 @pytest.fixture(autouse=True)

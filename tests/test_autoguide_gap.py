@@ -169,8 +169,7 @@ def test_measure_gap_on_the_packages_guide_repeats_its_own_gap(family):
     try:
         torch.manual_seed(0)
         model = BayesianDecoderModel(12, 10, 2, 5, obs_scale=0.3)
-        guide = make_guide(family, 12, 10, 2, 5, width=4, init_scale=0.1, refine_steps=2,
-                           log_joint=model.local_log_joint)
+        guide = make_guide(family, model, width=4, init_scale=0.1, refine_steps=2)
         with torch.no_grad():
             guide.q_theta.loc.copy_(0.5 * torch.randn(guide.q_theta.loc.shape))
         x, idx = torch.rand(4, 10), torch.tensor([2, 5, 7, 11])

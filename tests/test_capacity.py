@@ -13,7 +13,6 @@ from amortized_pyro.autoguides.capacity import EncoderTraining
 from amortized_pyro.capacity import train_encoder
 from amortized_pyro.cli import cli
 from amortized_pyro.gap import GapSettings, measure
-from amortized_pyro.guides import Guide
 
 from conftest import tiny_finished_run
 from test_gap import Linear
@@ -27,11 +26,9 @@ def test_a_converged_encoder_closes_the_gap_where_it_can(monkeypatch):
     x = linear.x.repeat(10, 1) + 0.3 * torch.randn(40, linear.x.shape[1])  # 40 training images around them
     training = EncoderTraining(encoder_lr=3e-3, encoder_batch_size=10, encoder_tolerance=0.01, encoder_window=50,
                                max_epochs=20000)
-    factor, epochs, capped, _ = train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, training, seed=0)
+    guide, epochs, capped, _ = train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, training, seed=0)
     settings = GapSettings(theta="mean", samples=2000, lr=0.02, step_samples=64, window=50, patience=5)
-    guide = Guide("amortized", 40, linear.guide.q_theta, factor)
-    before = Guide("amortized", 40, linear.guide.q_theta,
-                   train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, EncoderTraining(max_epochs=1), 0)[0])
+    before = train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, EncoderTraining(max_epochs=1), 0)[0]
     for images in (x[:10], linear.x):  # training images, and images it never saw
         gap = measure(linear.model, guide, images, None, settings)["amortization_gap"]
         untrained = measure(linear.model, before, images, None, settings)["amortization_gap"]

@@ -77,7 +77,7 @@ def setup(request):
     guide_name, likelihood, _ = case
     pyro.set_rng_seed(0)
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE, likelihood)
-    guide = make_guide(guide_name, N, X_DIM, Z_DIM, HIDDEN, WIDTH)
+    guide = make_guide(guide_name, model, width=WIDTH)
     x_all = torch.rand(N, X_DIM)
     if likelihood == "bernoulli":
         x_all = (x_all < 0.4).to(x_all)
@@ -159,7 +159,7 @@ def test_sync_free_estimator_repeats_pyros_trace_elbo_draw_for_draw(guide_name, 
     particles included, on minibatches of two sizes."""
     pyro.set_rng_seed(0)
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE)
-    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, WIDTH)
+    guide = build_guide(guide_name, model, width=WIDTH)
     x_all = torch.rand(N, X_DIM)
     options = dict(num_particles=particles, vectorize_particles=particles > 1, max_plate_nesting=1)
     params = list(guide.parameters())

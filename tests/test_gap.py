@@ -33,7 +33,7 @@ class Linear:
         torch.set_default_dtype(torch.float64)
         pyro.set_rng_seed(0)
         self.model = BayesianDecoderModel(N, D, Z, H, obs_scale=SIGMA)
-        self.guide = make_guide("per-datapoint", N, D, Z, H)
+        self.guide = make_guide("per-datapoint", self.model)
         self.x = torch.randn(N, D)
         self.idx = torch.arange(N)
         # q(θ)'s means drawn tensor by tensor, in the model's order, with scale 0.45: the posterior's
@@ -43,7 +43,7 @@ class Linear:
         means = torch.cat([0.45 * torch.randn(shape).flatten() for shape in self.guide.q_theta.shapes.values()])
         with torch.no_grad():
             self.guide.q_theta.loc.copy_(means)
-        t = self.guide.decoder_mean()
+        t = self.guide.global_mean()
         self.W = t["decoder.w3"] @ t["decoder.w2"] @ t["decoder.w1"]
         self.b = t["decoder.w3"] @ (t["decoder.w2"] @ t["decoder.b1"] + t["decoder.b2"]) + t["decoder.b3"]
         self.precision = torch.eye(Z) + self.W.T @ self.W / SIGMA ** 2

@@ -87,12 +87,12 @@ def toy():
     torch.set_default_dtype(torch.float64)
     torch.manual_seed(0)
     model = BayesianDecoderModel(N, D, Z, H, obs_scale=SIGMA)
-    guide = make_guide("per-datapoint", N, D, Z, H, init_scale=THETA_SD)
+    guide = make_guide("per-datapoint", model, init_scale=THETA_SD)
     with torch.no_grad():
         guide.q_theta.loc.copy_(0.8 * torch.randn(guide.q_theta.loc.shape))
         guide.q_z.loc.copy_(0.5 * torch.randn(N, Z))  # the guide's factors: far from the best ones
         guide.q_z.log_scale.fill_(-1.0)
-        x = model.observation_mean(decode(torch.randn(N, Z), guide.q_theta.mean())) + SIGMA * torch.randn(N, D)
+        x = model.observation_mean(decode(torch.randn(N, Z), guide.global_mean())) + SIGMA * torch.randn(N, D)
     report = measure(model, guide, x, torch.arange(N), SETTINGS)
     thetas = theta_draws(guide.q_theta, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure's draws
     yield model, guide, x, report, Oracle(model, x, thetas)

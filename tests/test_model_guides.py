@@ -24,7 +24,7 @@ def batch():
 @pytest.mark.parametrize("guide_name", GUIDES)
 def test_sites_shapes_and_subsampled_plate(guide_name):
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, width=6)
+    guide = build_guide(guide_name, model, width=6)
     x, idx = batch()
     guide_trace = poutine.trace(guide).get_trace(x, idx)
     model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(x, idx)
@@ -47,7 +47,7 @@ def test_sites_shapes_and_subsampled_plate(guide_name):
 @pytest.mark.parametrize("guide_name", GUIDES)
 def test_vectorized_particles_give_particle_batches(guide_name):
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    guide = build_guide(guide_name, model, N, X_DIM, Z_DIM, HIDDEN, width=6)
+    guide = build_guide(guide_name, model, width=6)
     x, idx = batch()
     elbo = make_elbo(particles=3)
     with pyro.plate("num_particles_vectorized", 3, dim=-2):  # as the estimator vectorizes its particles
@@ -64,7 +64,7 @@ def test_guides_share_one_q_theta_and_differ_in_q_z():
     x, idx = batch()
     names = {}
     for guide_name in GUIDES:
-        guide = build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), N, X_DIM, Z_DIM, HIDDEN, width=6)
+        guide = build_guide(guide_name, BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), width=6)
         guide(x, idx)
         names[guide_name] = {k: tuple(v.shape) for k, v in guide.state_dict().items()}
         assert torch.allclose(guide.q_theta.scale, torch.tensor(0.1353352832))  # e^-2, q(θ)'s start
@@ -82,7 +82,7 @@ def test_two_guides_never_share_parameters():
     """Module-local parameters: a second guide of the same family starts from its own values, and moving
     one guide's parameters leaves the other's alone."""
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    first, second = (build_guide("per-datapoint", model, N, X_DIM, Z_DIM, HIDDEN) for _ in range(2))
+    first, second = (build_guide("per-datapoint", model) for _ in range(2))
     with torch.no_grad():
         first.q_z.loc.add_(1.0)
     assert torch.equal(second.q_z.loc, torch.zeros(N, Z_DIM))
@@ -92,4 +92,4 @@ def test_two_guides_never_share_parameters():
 @pytest.mark.parametrize("bad", [dict(name="nope"), dict(name="amortized", width=0), dict(name="amortized", width=-3)])
 def test_bad_guide_arguments_raise_clear_errors(bad):
     with pytest.raises(AmortizedPyroError):
-        make_guide(bad.pop("name"), N, X_DIM, Z_DIM, HIDDEN, **bad)
+        make_guide(bad.pop("name"), BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN), **bad)

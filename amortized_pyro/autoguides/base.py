@@ -19,6 +19,8 @@ from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 
 from ..errors import AmortizedPyroError
+from ..objectives import OBJECTIVES, q_normal
+from ..streams import outside_the_stream
 from .structure import plate_indices, read_structure
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
@@ -37,12 +39,23 @@ class AutoLocalGuide(AutoGuide):
     :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
         (per-datapoint, shared) and of AutoNormal's global factors; an encoder's initial σ_n is
         ``init_scale`` times exp of its log-scale head at torch's default initialization.
-    :param str globals: ``"normal"`` (mean-field Normal, AutoNormal) or ``"delta"`` (point estimates,
-        AutoDelta) for the global latent sites; unused where the model has none.
+    :param globals: the guide of the global latent sites (unused where the model has none): ``"normal"``
+        (mean-field Normal, AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a module of one's own
+        that draws every global site when called with the model's arguments and returns site → value, and
+        has ``median()`` (site → value) and ``sample(generator)`` (one draw, site → value, detached): the
+        package's flat-vector q(θ) (:class:`~amortized_pyro.posterior.DecoderPosterior`) is one.
+    :param str objective: how the guide's draws are scored: ``"elbo"`` (their density: the ELBO) or
+        ``"reference"`` (as the reference studies' code does, standard deviations scored as variances: not an
+        ELBO; see :class:`~amortized_pyro.objectives.ReferenceNormal`); the global part scores its own draws
+        so too, which needs a module of one's own with an ``objective`` attribute.
     :param callable annealing: a function of the model's arguments returning a scale β (a number, a 0-dim
         tensor, or None for none) under which the guide draws every latent site (``poutine.scale``), for a
         model that scales its latent sites by the same β, as Pyro's examples anneal the KL (examples/dmm):
         the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p) (KL warm-up, β-VAE); None: no scale.
+    :param callable datapoint_indices: a function of the model's arguments returning the indices of this
+        call's datapoints among the plate's full size, for a model whose plate's subsample indices are not
+        them (seeds packed as replicas, :func:`amortized_pyro.model.data_plate`: one minibatch per replica,
+        [R, B]); None: the plate's subsample indices.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
         data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,
         its sample sites at their prototype values: what it computes before the plate is computed twice per
@@ -50,32 +63,48 @@ class AutoLocalGuide(AutoGuide):
         guide takes the list's plates, so give the list the ``create_plates`` of a subsampled model.
     """
 
-    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", annealing=None,
-                 create_plates=None):
-        if globals not in GLOBAL_GUIDES:
-            raise AmortizedPyroError("globals must be one of %s, got %r" % (", ".join(GLOBAL_GUIDES), globals))
+    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", objective="elbo",
+                 annealing=None, datapoint_indices=None, create_plates=None):
+        own = isinstance(globals, torch.nn.Module)
+        if not own and globals not in GLOBAL_GUIDES:
+            raise AmortizedPyroError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
+                                                                                       globals))
+        if objective not in OBJECTIVES or (objective != "elbo" and not hasattr(globals, "objective")):
+            raise AmortizedPyroError("objective must be one of %s, and %r needs a global part of one's own that "
+                                     "scores its draws so (an objective attribute); got %r"
+                                     % (", ".join(OBJECTIVES), "reference", objective))
         if not init_scale > 0:
             raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
         super().__init__(model, create_plates=self._plates_of_call)
-        self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), globals
-        self._user_plates, self.annealing = create_plates, annealing
+        self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), "own" if own else globals
+        self._user_plates, self.annealing, self.datapoint_indices = create_plates, annealing, datapoint_indices
         self.structure = None
-        self.q_theta = None
+        self.q_theta = globals if own else None
+        self.objective = objective
+        if own and hasattr(globals, "objective"):
+            globals.objective = objective
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
-        super()._setup_prototype(*args, **kwargs)
-        full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # observed sites too
-        self.structure = read_structure(full, self.plate)
-        self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
-        if self.structure.globals:
+        with outside_the_stream():  # the model's prototype draws leave the random streams as they were
+            super()._setup_prototype(*args, **kwargs)
+            full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # observed sites too
+            self.structure = read_structure(full, self.plate)
+            self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
+            with poutine.block():  # the prototype call's plates, seen by nobody
+                indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
+        if self.structure.globals and self.q_theta is None:
             hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
             part = GLOBAL_GUIDES[self.globals_kind]
             self.q_theta = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
-        with poutine.block():  # the prototype call's plates, seen by nobody
-            indices = self._create_plates(*args, **kwargs)[self.plate].indices
         self._setup_local(indices, args, kwargs, self._device(full))
+
+    def _indices(self, plates, args, kwargs):
+        """This call's datapoints: the data plate's subsample indices, or ``datapoint_indices``' answer."""
+        if self.datapoint_indices is not None:
+            return self.datapoint_indices(*args, **kwargs)
+        return plates[self.plate].indices
 
     def _check_prototype(self, part_trace):
         """Called by the global part (Pyro's master-guide protocol): its sites must be this model's."""
@@ -94,9 +123,6 @@ class AutoLocalGuide(AutoGuide):
         if self.master is not None:  # a part of an AutoGuideList: its plates (Pyro's protocol)
             self.plates = self.master().plates
             return self.plates
-        if self._model is None:
-            raise AmortizedPyroError("this guide was unpickled without its model (Pyro's autoguides drop it): build "
-                                     "the guide again on the model and load its state_dict")
         return super()._create_plates(*args, **kwargs)
 
     def _plates_of_call(self, *args, **kwargs):
@@ -105,6 +131,10 @@ class AutoLocalGuide(AutoGuide):
         plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
         plates = [plates] if isinstance(plates, pyro.plate) else list(plates)
         if self.plate not in [p.name for p in plates]:
+            if self._model is None:
+                raise AmortizedPyroError("this guide was unpickled without its model (Pyro's autoguides drop it): "
+                                         "build the guide again on the model and load its state_dict, or give it "
+                                         "create_plates")
             size, subsample_size, indices, device = plate_indices(self.model, self.plate, self._before_plate, args,
                                                                   kwargs)
             plates.append(pyro.plate(self.plate, size, subsample_size=subsample_size, subsample=indices,
@@ -129,14 +159,14 @@ class AutoLocalGuide(AutoGuide):
             self._setup_prototype(*args, **kwargs)
         plates = self._create_plates(*args, **kwargs)
         beta = self.annealing(*args, **kwargs) if self.annealing is not None else None
+        normal = q_normal(self.objective)
         with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
             result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
-            data_plate = plates[self.plate]
-            loc, scale = self.local_factor(data_plate.indices, args, kwargs, result)
+            loc, scale = self.local_factor(self._indices(plates, args, kwargs), args, kwargs, result)
             locs, scales = self.structure.split(loc), self.structure.split(scale)
-            with data_plate:
+            with plates[self.plate]:
                 for site in self.structure.locals:
-                    base = dist.Normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
+                    base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                     q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                     result[site.name] = pyro.sample(site.name, q)
         return result
@@ -158,12 +188,28 @@ class AutoLocalGuide(AutoGuide):
         ``globals="delta"`` its point estimate."""
         if self.q_theta is None or self.globals_kind == "delta":
             return self.global_mean()
+        if self.globals_kind == "own":
+            return self.q_theta.sample(generator)
         part, draws = self.q_theta, {}
         for name, site in part.prototype_trace.iter_stochastic_nodes():
             loc, scale = part._get_loc_and_scale(name)
             eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
             draws[name] = torch.distributions.biject_to(site["fn"].support)(loc + scale * eps)
         return draws
+
+    @contextlib.contextmanager
+    def scored_as(self, objective):
+        """The guide's draws scored as ``objective`` for the duration (the true ELBO of a ``reference`` run)."""
+        before = self.objective
+        self.objective = objective
+        if hasattr(self.q_theta, "objective"):
+            self.q_theta.objective = objective
+        try:
+            yield self
+        finally:
+            self.objective = before
+            if hasattr(self.q_theta, "objective"):
+                self.q_theta.objective = before
 
     @contextlib.contextmanager
     def refinement_draws(self, generator):
@@ -179,4 +225,4 @@ class AutoLocalGuide(AutoGuide):
         if self.structure is None:
             self._setup_prototype(*args, **kwargs)
         with poutine.block():
-            return self._create_plates(*args, **kwargs)[self.plate].indices
+            return self._indices(self._create_plates(*args, **kwargs), args, kwargs)

@@ -12,6 +12,7 @@ left out). **Convergence** (:func:`until_converged`): the mean objective per dat
 the learning rate has been halved ``lr_halvings`` times, once at each such window before (so that Adam's
 noise floor does not pass for the optimum); or ``max_epochs``, recorded as a cap hit.
 """
+import copy
 import math
 from dataclasses import asdict, dataclass
 
@@ -19,10 +20,9 @@ import torch
 
 import pyro
 
-from ..errors import AmortizedPyroError
 from ..local_elbo import log_weights
 from ..settings import Checked, option
-from .base import GLOBAL_GUIDES
+from ..streams import outside_the_stream
 from .families import AutoAmortizedNormal
 from .gap import measure_gap
 from .local_joint import LocalJoint
@@ -68,9 +68,9 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     (module docstring). Built and trained with module-local parameters: nothing of Pyro's param store is
     touched.
 
-    :param guide: a trained guide of the four builders (any family): its q(θ) is copied into the fresh guide,
-        which does not train it; the trained guide is left as it was. The package's own guides (their q(θ)
-        the flat vector) are refused in one line: theirs is :mod:`amortized_pyro.capacity`.
+    :param guide: a trained guide of the four builders (any family, any global part): its q(θ) is copied into
+        the fresh guide, which does not train it, with its plates (``create_plates``, ``datapoint_indices``);
+        the trained guide is left as it was.
     :param int width: the default encoder's width. :param int layers: its hidden layers.
     :param encoder: a body of the user's instead (data [B, ...] → features [B, F]); it is trained.
     :param encoder_input: as :class:`~amortized_pyro.autoguides.AutoAmortizedNormal`.
@@ -80,18 +80,16 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     :returns: (the fresh guide, epochs run, whether the cap was hit, the last window's mean local ELBO per
         datapoint).
     """
-    if guide.q_theta is not None and not isinstance(guide.q_theta, tuple(GLOBAL_GUIDES.values())):
-        raise AmortizedPyroError("the guide's global part is a %s, not a builder's (Pyro's AutoNormal or AutoDelta): "
-                                 "the package's own guides have the capacity command (amortized_pyro.capacity)"
-                                 % type(guide.q_theta).__name__)
     training = (training or EncoderTraining()).check()
     device = next(guide.parameters()).device
     with pyro.settings.context(module_local_params=True):
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with outside_the_stream(device):
             torch.manual_seed(seed)  # the encoder's initialization (and the building call's draws)
+            own = copy.deepcopy(guide.q_theta) if guide.globals_kind == "own" else None  # scored as an ELBO
             fresh = AutoAmortizedNormal(model, plate=guide.plate, encoder=encoder, encoder_input=encoder_input,
                                         width=width, layers=layers, init_scale=guide.init_scale,
-                                        globals=guide.globals_kind)
+                                        globals=guide.globals_kind if own is None else own, create_plates=guide._user_plates,
+                                        datapoint_indices=guide.datapoint_indices)
             with torch.no_grad():
                 fresh(*args, **kwargs)  # reads the model, builds the encoder for its data
         if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient

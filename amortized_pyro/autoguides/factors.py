@@ -18,6 +18,7 @@ from ..local_elbo import refine
 
 LEAKY_SLOPE = 0.2
 REFINE_GRADS = ("straight-through", "unrolled")
+FREE_INITS = ("prior", "random")
 
 
 def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):

@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from ..errors import AmortizedPyroError
-from .base import DEFAULT_INIT_SCALE, AutoLocalGuide
-from .factors import REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
+from .base import AutoLocalGuide
+from .factors import FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
 from .local_joint import LocalJoint
 
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
@@ -27,14 +27,35 @@ def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS):
     return nn.Sequential(nn.Flatten(), mlp(x_dim, width, layers))
 
 
-class AutoPerDatapointNormal(AutoLocalGuide):
+class _FreeFactors(AutoLocalGuide):
+    """The families whose factors are free parameters, and how they start.
+
+    :param str init: ``"prior"`` (μ = 0, σ = ``init_scale``) or ``"random"`` (as the reference studies' code:
+        see :class:`~amortized_pyro.autoguides.factors.FreeFactor`), drawn from a generator seeded with ``seed``.
+    :param int seed: that generator's seed.
+
+    The other parameters are :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s."""
+
+    per_datapoint = None
+
+    def __init__(self, model, *, init="prior", seed=0, **kwargs):
+        super().__init__(model, **kwargs)
+        if init not in FREE_INITS:
+            raise AmortizedPyroError("init must be one of %s, got %r" % (", ".join(FREE_INITS), init))
+        self.init, self.seed = init, seed
+
+    def _setup_local(self, indices, args, kwargs, device):
+        rows = self.structure.full_size if self.per_datapoint else None
+        self.q_z = FreeFactor(rows, self.structure.size, self.init, self.seed, self.init_scale, device)
+
+
+class AutoPerDatapointNormal(_FreeFactors):
     """F-VI: free (μ_n, log σ_n) for each of the data plate's N datapoints (its full size), picked out by
     the plate's subsample indices. Only datapoints of the plate it was built on have a factor.
 
-    Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
+    Takes :class:`_FreeFactors`' parameters."""
 
-    def _setup_local(self, indices, args, kwargs, device):
-        self.q_z = FreeFactor(self.structure.full_size, self.structure.size, init_scale=self.init_scale, device=device)
+    family, per_datapoint = "per-datapoint", True
 
     def local_factor(self, indices, args, kwargs, theta):
         size = self.plates[self.plate].size
@@ -44,13 +65,12 @@ class AutoPerDatapointNormal(AutoLocalGuide):
         return self.q_z(None, indices)
 
 
-class AutoSharedNormal(AutoLocalGuide):
+class AutoSharedNormal(_FreeFactors):
     """constant-VI: one (μ, log σ) shared by every datapoint.
 
-    Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
+    Takes :class:`_FreeFactors`' parameters."""
 
-    def _setup_local(self, indices, args, kwargs, device):
-        self.q_z = FreeFactor(None, self.structure.size, init_scale=self.init_scale, device=device)
+    family, per_datapoint = "shared", False
 
     def local_factor(self, indices, args, kwargs, theta):
         return self.q_z(None, indices)
@@ -66,15 +86,17 @@ class AutoAmortizedNormal(AutoLocalGuide):
         (``width``, ``layers``) for the flattened data.
     :param encoder_input: the position of the model argument holding the plate's data (its first dimension
         the datapoints: the batch, or all N and indexed by the plate), or a function of the model's arguments
-        returning it.
+        returning it (the batch in the plate's order, or all N).
     :param int width: the default encoder's width.
     :param int layers: the default encoder's hidden layers.
+
+    The other parameters are :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s.
     """
 
-    def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
-                 plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", annealing=None, create_plates=None):
-        super().__init__(model, plate=plate, init_scale=init_scale, globals=globals, annealing=annealing,
-                         create_plates=create_plates)
+    family = "amortized"
+
+    def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, **kwargs):
+        super().__init__(model, **kwargs)
         if width < 1 or layers < 0:
             raise AmortizedPyroError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
         self.encoder_input, self.width, self.layers = encoder_input, width, layers
@@ -97,8 +119,9 @@ class AutoAmortizedNormal(AutoLocalGuide):
             return data.index_select(0, indices.to(data.device))
         if rows == batch and batch != full:  # the batch, in the plate's order
             return data
-        if rows == batch == full:  # every datapoint: ambiguous only where the plate's order is not 0..N-1
-            if not torch.equal(indices.cpu(), torch.arange(full)):
+        if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function
+            # of the model's arguments returns them in the plate's order: no check, no device sync per step)
+            if not callable(self.encoder_input) and not torch.equal(indices.cpu(), torch.arange(full)):
                 raise AmortizedPyroError("the plate %r takes all %d datapoints in another order than its data's rows; "
                                          "give encoder_input=a function of the model's arguments returning the "
                                          "rows in the plate's order" % (self.plate, full))
@@ -142,23 +165,29 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
     :param int steps: refinement steps (0: the amortized guide).
     :param float lr: their learning rate.
     :param str grad: ``"straight-through"`` or ``"unrolled"``.
+    :param callable local_log_joint: ``(data, z, θ)`` → log p(x_n, z_n | θ) per datapoint [..., B], for the
+        encoder's data [B, ...], local values z [..., B, size] (the flat unconstrained layout) and global
+        values θ, written by hand for speed (the package's model has one); None reads it off the model's trace
+        (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`, 1.15–1.75× slower per step: BENCHMARKS.md).
 
     The other parameters are :class:`AutoAmortizedNormal`'s.
     """
 
-    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", **kwargs):
+    family = "semi-amortized"
+
+    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", local_log_joint=None, **kwargs):
         super().__init__(model, **kwargs)
         if grad not in REFINE_GRADS or steps < 0 or not lr > 0:
             raise AmortizedPyroError("refinement needs steps >= 0, lr > 0 and grad in %s; got %r, %r, %r"
                                      % (", ".join(REFINE_GRADS), steps, lr, grad))
-        self.steps, self.lr, self.grad = steps, lr, grad
+        self.steps, self.lr, self.grad, self.local_log_joint = steps, lr, grad, local_log_joint
 
     def _setup_local(self, indices, args, kwargs, device):
         encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
         self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad)
 
     def local_factor(self, indices, args, kwargs, theta):
-        log_joint = LocalJoint(self.model, self.structure, args, kwargs, indices)
+        log_joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices)
         return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint,
                         self.particles(theta))
 
@@ -171,6 +200,6 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
                     if value.dim() - self.structure.globals[name] > nesting], default=1)
 
 
-AUTOGUIDES = {"amortized": AutoAmortizedNormal, "semi-amortized": AutoSemiAmortizedNormal,
-              "per-datapoint": AutoPerDatapointNormal, "shared": AutoSharedNormal}
-"""The builders by family name (the package's ``--guide`` choices)."""
+AUTOGUIDES = {cls.family: cls for cls in (AutoAmortizedNormal, AutoSemiAmortizedNormal, AutoPerDatapointNormal,
+                                           AutoSharedNormal)}
+"""The builders by family name (the package's ``--guide`` choices), in display order."""
