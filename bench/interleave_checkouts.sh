@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The training-step bench (bench_step.py) of two checkouts of this repository, run alternately, each with its
+# own package (PYTHONPATH), so that drift of the machine falls on both alike:
+#     bash bench/interleave_checkouts.sh BEFORE_DIR AFTER_DIR [REPEATS] [bench_step.py options...]
+# e.g. before = `git worktree add /tmp/before <commit>`. One thread (OMP_NUM_THREADS=1) unless set.
+set -euo pipefail
+before=$1 after=$2 repeats=${3:-3}
+shift $(( $# < 3 ? $# : 3 ))
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+for i in $(seq "$repeats"); do
+    for dir in "$before" "$after"; do
+        echo "## $(git -C "$dir" rev-parse --short HEAD) ($dir), repeat $i"
+        PYTHONPATH="$dir" python "$dir/bench/bench_step.py" "$@"
+    done
+done
