@@ -16,11 +16,25 @@ import math
 
 import torch
 
-from .guides import factor
 from .model import decode
 
 EVAL_BATCH = 10000
 MSE_KEYS = ("train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse")
+
+
+@torch.no_grad()
+def factor(guide, x, idx=None, theta=None):
+    """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where the
+    family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at ``theta``
+    (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from a generator of
+    its own, so that an evaluation is the same every time."""
+    if idx is None:
+        if not guide.can_infer_unseen:
+            return None
+        idx = torch.arange(x.shape[0], device=x.device)
+    theta = guide.global_mean() if theta is None else theta
+    with guide.refinement_draws(torch.Generator(x.device).manual_seed(0)):
+        return guide.local_factor(idx, (x, idx), {}, theta)
 
 
 @torch.no_grad()
@@ -52,7 +66,7 @@ def predict(model, guide, x, idx, draws, generator):
         return None
     total = torch.zeros_like(x)
     for _ in range(draws):
-        theta = guide.q_theta.sample(generator)
+        theta = guide.global_sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
             total[rows] += model.observation_mean(decode(z, theta))

@@ -36,8 +36,8 @@ import torch
 import pyro
 
 from .ais import ais_log_marginal
+from .evaluation import factor
 from .local_elbo import StoppingRule, converge, local_elbo, log_weights, refine
-from .guides import factor
 from .model import decode
 from .settings import Checked, option
 
@@ -70,11 +70,11 @@ class GapSettings(Checked):
         return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience)
 
 
-def theta_draws(q_theta, settings, generator):
-    """The M fixed draws of θ (or E_q[θ] once) that every evaluation shares."""
+def theta_draws(guide, settings, generator):
+    """The M fixed draws of θ ~ q(θ) of ``guide`` (or its median once) that every evaluation shares."""
     if settings.theta == "mean":
-        return [q_theta.median()]
-    return [q_theta.sample(generator) for _ in range(settings.theta_draws)]
+        return [guide.global_mean()]
+    return [guide.global_sample(generator) for _ in range(settings.theta_draws)]
 
 
 @torch.no_grad()
@@ -107,7 +107,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     per-image values; the guide's quantities are None where it has no factor for these images."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
-    thetas = theta_draws(guide.q_theta, settings, generator)
+    thetas = theta_draws(guide, settings, generator)
     q_z = factor(guide, x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
     result, best = measure_factors(model.local_log_joint, x, thetas, q_z, model.z_dim, settings, generator,
                                    refine_steps)

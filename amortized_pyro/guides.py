@@ -26,7 +26,8 @@ import torch
 import pyro
 
 from .autoguides.factors import FREE_INITS, Encoder, mlp
-from .autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal
+from .autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal,
+                                  AutoSharedNormal)
 from .errors import AmortizedPyroError
 from .model import LEAKY_SLOPE, data_plate
 from .modules import LocalModule
@@ -149,23 +150,9 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
     else:
         options.update(init=qz_init, seed=seed)
     if family == "semi-amortized":
+        # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
         options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint)
     guide = BUILDERS[family](model, **options)
     x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
     guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)
     return guide
-
-
-@torch.no_grad()
-def factor(guide, x, idx=None, theta=None):
-    """(μ, σ) of q(z_n) for images x (with their training indices idx for per-datapoint), or None where the
-    family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at ``theta``
-    (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from a generator of
-    its own, so that an evaluation is the same every time."""
-    if idx is None:
-        if not guide.can_infer_unseen:
-            return None
-        idx = torch.arange(x.shape[0], device=x.device)
-    theta = guide.global_mean() if theta is None else theta
-    with guide.refinement_draws(torch.Generator(x.device).manual_seed(0)):
-        return guide.local_factor(idx, (x, idx), {}, theta)

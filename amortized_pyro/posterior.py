@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 import pyro
-import pyro.distributions as dist
 
 from .modules import LocalModule
 from .objectives import q_normal

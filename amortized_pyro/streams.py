@@ -2,9 +2,7 @@
 import torch
 
 
-def outside_the_stream(device=None):
-    """The global random streams forked: draws made inside leave them as they were. The CPU's and ``device``'s
-    where it is a GPU; every GPU's where ``device`` is None."""
-    if device is None:
-        return torch.random.fork_rng(devices=list(range(torch.cuda.device_count())))
-    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+def outside_the_stream(*devices):
+    """The global random streams forked: draws made inside leave them as they were. The CPU's, and those of
+    the GPUs among ``devices`` (a GPU not named is not touched: forking it would start CUDA there)."""
+    return torch.random.fork_rng(devices=sorted({d.index or 0 for d in devices if d.type == "cuda"}))

@@ -96,3 +96,13 @@ def test_the_packages_guide_is_served_with_its_own_global_part():
     assert fresh.q_theta is not package.q_theta and fresh.objective == fresh.q_theta.objective == "elbo"
     assert package.q_theta.objective == "reference"
     torch.testing.assert_close(fresh.q_theta.loc, package.q_theta.loc, rtol=0, atol=0)
+
+
+def test_an_observation_outside_the_local_plate_is_refused_in_one_line():
+    """The package's local_terms="all" draws z in the plate "latents" and observes x in the plate "data": a
+    per-datapoint log joint read off the trace would miss x's term, so it is refused rather than computed."""
+    model = BayesianDecoderModel(20, 6, 2, 4, local_terms="all")
+    x = torch.rand(20, 6, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(AmortizedPyroError, match="'x' sit in another plate than 'latents'"):
+        train_fresh_encoder(model, make_guide("shared", model), x, torch.arange(20), None, x,
+                            training=EncoderTraining(max_epochs=1))

@@ -94,7 +94,7 @@ def toy():
         guide.q_z.log_scale.fill_(-1.0)
         x = model.observation_mean(decode(torch.randn(N, Z), guide.global_mean())) + SIGMA * torch.randn(N, D)
     report = measure(model, guide, x, torch.arange(N), SETTINGS)
-    thetas = theta_draws(guide.q_theta, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure's draws
+    thetas = theta_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure's draws
     yield model, guide, x, report, Oracle(model, x, thetas)
     torch.set_default_dtype(torch.float32)
 

@@ -6,7 +6,8 @@ import torch
 
 from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
 from amortized_pyro.evaluation import evaluate
-from amortized_pyro.guides import GUIDES, factor
+from amortized_pyro.evaluation import factor
+from amortized_pyro.guides import GUIDES
 from amortized_pyro.local_elbo import local_elbo
 from amortized_pyro.svi import make_elbo
 

@@ -1,5 +1,6 @@
 """Guide builders for any Pyro model: amortized, semi-amortized, per-datapoint and shared Gaussian factors
-q(z_n) over the local latent sites of a named plate, Pyro's AutoNormal or AutoDelta over the global ones,
+q(z_n) over the local latent sites of a named plate, Pyro's AutoNormal or AutoDelta (or a module of one's own)
+over the global ones,
 the amortization gap of such a guide (:func:`measure_gap`), and how fresh encoders of growing capacity close
 it on the guide's frozen globals (:func:`capacity_sweep`).
 

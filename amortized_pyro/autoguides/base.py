@@ -1,7 +1,8 @@
 """The base of the guide builders: q(θ) q(z_1..N) for any model whose local latents sit in a named plate.
 
     q(θ)   = AutoNormal (mean-field Normal, ``globals="normal"``) or AutoDelta (``"delta"``: MAP) over every
-             latent site outside the plate, built by Pyro on the model with the local sites hidden
+             latent site outside the plate, built by Pyro on the model with the local sites hidden, or a
+             module of one's own (the package's flat-vector q(θ))
     q(z_n) = Π_sites T_s(u_n,s),   u_n ~ Normal(μ_n, diag σ_n²) in each local site's unconstrained space
              (T_s = biject_to(support), as Pyro's AutoNormal), (μ_n, σ_n) given by the family
 
@@ -25,6 +26,13 @@ from .structure import plate_indices, read_structure
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
 DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
+
+
+def _check_objective(objective, part):
+    if objective not in OBJECTIVES or (objective != "elbo" and not hasattr(part, "objective")):
+        raise AmortizedPyroError("objective must be one of %s, and %r needs a global part of one's own that scores "
+                                 "its draws so (an objective attribute); got %r"
+                                 % (", ".join(OBJECTIVES), "reference", objective))
 
 
 class AutoLocalGuide(AutoGuide):
@@ -69,10 +77,7 @@ class AutoLocalGuide(AutoGuide):
         if not own and globals not in GLOBAL_GUIDES:
             raise AmortizedPyroError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
                                                                                        globals))
-        if objective not in OBJECTIVES or (objective != "elbo" and not hasattr(globals, "objective")):
-            raise AmortizedPyroError("objective must be one of %s, and %r needs a global part of one's own that "
-                                     "scores its draws so (an objective attribute); got %r"
-                                     % (", ".join(OBJECTIVES), "reference", objective))
+        _check_objective(objective, globals)
         if not init_scale > 0:
             raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
         super().__init__(model, create_plates=self._plates_of_call)
@@ -87,17 +92,20 @@ class AutoLocalGuide(AutoGuide):
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
-        with outside_the_stream():  # the model's prototype draws leave the random streams as they were
+        devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
+        with outside_the_stream(*devices):  # the model's prototype draws leave the random streams as they were
             super()._setup_prototype(*args, **kwargs)
             full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # observed sites too
             self.structure = read_structure(full, self.plate)
             self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
             with poutine.block():  # the prototype call's plates, seen by nobody
                 indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
-        if self.structure.globals and self.q_theta is None:
-            hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
-            part = GLOBAL_GUIDES[self.globals_kind]
-            self.q_theta = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
+            if self.structure.globals and self.q_theta is None:  # AutoNormal/AutoDelta, their prototype now too
+                hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
+                part = GLOBAL_GUIDES[self.globals_kind]
+                self.q_theta = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
+                with poutine.block():
+                    self.q_theta._setup_prototype(*args, **kwargs)
         self._setup_local(indices, args, kwargs, self._device(full))
 
     def _indices(self, plates, args, kwargs):
@@ -200,6 +208,7 @@ class AutoLocalGuide(AutoGuide):
     @contextlib.contextmanager
     def scored_as(self, objective):
         """The guide's draws scored as ``objective`` for the duration (the true ELBO of a ``reference`` run)."""
+        _check_objective(objective, self.q_theta if self.globals_kind == "own" else None)
         before = self.objective
         self.objective = objective
         if hasattr(self.q_theta, "objective"):
@@ -221,7 +230,7 @@ class AutoLocalGuide(AutoGuide):
             self.refine_generator = before
 
     def indices_of(self, *args, **kwargs):
-        """The data plate's subsample indices for a call of the model with these arguments."""
+        """This call's datapoints (see :meth:`_indices`) for a call of the model with these arguments."""
         if self.structure is None:
             self._setup_prototype(*args, **kwargs)
         with poutine.block():

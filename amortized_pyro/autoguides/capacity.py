@@ -61,7 +61,7 @@ def until_converged(epoch, optimizer, training, n):
     return epochs, not converged, previous
 
 
-def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, encoder_input=0, training=None,
+def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, encoder_input=None, training=None,
                         seed=0, **kwargs):
     """A fresh :class:`~amortized_pyro.autoguides.AutoAmortizedNormal` on the trained ``guide``'s frozen
     global part, its encoder trained to convergence on the local ELBO of the call ``model(*args, **kwargs)``
@@ -73,7 +73,8 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
         the trained guide is left as it was.
     :param int width: the default encoder's width. :param int layers: its hidden layers.
     :param encoder: a body of the user's instead (data [B, ...] → features [B, F]); it is trained.
-    :param encoder_input: as :class:`~amortized_pyro.autoguides.AutoAmortizedNormal`.
+    :param encoder_input: as :class:`~amortized_pyro.autoguides.AutoAmortizedNormal`; None: the trained
+        guide's own where it has an encoder, else 0.
     :param EncoderTraining training: the optimizer and convergence rule; ``encoder_batch_size`` is unused
         (each step takes the call's datapoints).
     :param int seed: the encoder's initialization and the draws of θ and z.
@@ -81,15 +82,17 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
         datapoint).
     """
     training = (training or EncoderTraining()).check()
+    if encoder_input is None:
+        encoder_input = getattr(guide, "encoder_input", 0)
     device = next(guide.parameters()).device
     with pyro.settings.context(module_local_params=True):
         with outside_the_stream(device):
-            torch.manual_seed(seed)  # the encoder's initialization (and the building call's draws)
+            torch.manual_seed(seed)  # the encoder's initialization
             own = copy.deepcopy(guide.q_theta) if guide.globals_kind == "own" else None  # scored as an ELBO
             fresh = AutoAmortizedNormal(model, plate=guide.plate, encoder=encoder, encoder_input=encoder_input,
                                         width=width, layers=layers, init_scale=guide.init_scale,
-                                        globals=guide.globals_kind if own is None else own, create_plates=guide._user_plates,
-                                        datapoint_indices=guide.datapoint_indices)
+                                        globals=guide.globals_kind if own is None else own,
+                                        create_plates=guide._user_plates, datapoint_indices=guide.datapoint_indices)
             with torch.no_grad():
                 fresh(*args, **kwargs)  # reads the model, builds the encoder for its data
         if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient
@@ -114,7 +117,7 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
 
 
 def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 256), layers=(2,), seeds=(0,),
-                   encoder_input=0, training=None, settings=None, log=print):
+                   encoder_input=None, training=None, settings=None, log=print):
     """For every width × hidden layers × seed, a fresh encoder trained on ``guide``'s frozen q(θ)
     (:func:`train_fresh_encoder`) on the call ``model(*train_args)``, and its gaps on that call ("train")
     and on ``model(*test_args)`` ("test": datapoints it never saw), where given.

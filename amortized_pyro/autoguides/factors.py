@@ -1,7 +1,6 @@
 """The factors q(u_n) = N(μ_n, diag σ_n²) of the four families, as modules: ``factor(x, idx, theta, generator)``
-→ (μ, σ) [B, size] for the datapoints ``idx`` with data ``x`` [B, ...]. One home for both the guide builders
-(:mod:`.families`, which size them from a model's trace) and the package's own guides
-(:mod:`amortized_pyro.guides`, which size them from its settings).
+→ (μ, σ) [B, size] for the datapoints ``idx`` with data ``x`` [B, ...]. The guide builders (:mod:`.families`)
+size them from a model's trace; the package's own guides are those builders.
 
     AmortizedFactor       (μ_n, log σ_n) = heads(body(x_n))                        A-VI
     SemiAmortizedFactor   the amortized factor refined by Adam on the local ELBO   SA-VI (Kim et al. 2018)

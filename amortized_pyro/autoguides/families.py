@@ -159,8 +159,8 @@ class AutoAmortizedNormal(AutoLocalGuide):
 class AutoSemiAmortizedNormal(AutoAmortizedNormal):
     """SA-VI (Kim et al. 2018): the amortized factor refined by ``steps`` Adam steps (learning rate ``lr``,
     one draw of z each) on the model's own local ELBO, read off its trace
-    (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`), at the global values the guide has just
-    drawn; see :class:`~amortized_pyro.autoguides.factors.SemiAmortizedFactor`.
+    (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`) or given (``local_log_joint``), at the
+    global values the guide has just drawn; see :class:`~amortized_pyro.autoguides.factors.SemiAmortizedFactor`.
 
     :param int steps: refinement steps (0: the amortized guide).
     :param float lr: their learning rate.

@@ -32,6 +32,10 @@ class LocalJoint:
     """
 
     def __init__(self, model, structure, args, kwargs=None, indices=None):
+        if structure.stray_observations:
+            raise AmortizedPyroError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
+                                     "joint cannot be read off the trace (give the log joint by hand)"
+                                     % (", ".join(map(repr, structure.stray_observations)), structure.plate))
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
         self.indices = indices
 

@@ -44,8 +44,10 @@ class LocalSite:
 @dataclass
 class Structure:
     """The data plate (``plate``, its ``dim`` and ``full_size``), the local sites in trace order, the
-    global latent sites (name → event dim), and ``max_plate_nesting`` (the plates' depth, the data plate's
-    included)."""
+    global latent sites (name → event dim), ``max_plate_nesting`` (the plates' depth, the data plate's
+    included), and the observed sites in another plate than the data plate (``stray_observations``: an
+    observation of the datapoints outside their plate, as the package's ``local_terms="all"`` has it, whose
+    log-likelihood a per-datapoint log joint read off the trace would miss)."""
 
     plate: str
     dim: int
@@ -53,6 +55,7 @@ class Structure:
     locals: list
     globals: dict
     max_plate_nesting: int
+    stray_observations: tuple = ()
 
     @property
     def size(self):
@@ -113,7 +116,9 @@ def read_structure(trace, plate):
     if not local_sites:
         raise AmortizedPyroError("the model has no latent site inside its plate %r: nothing to guide locally" % plate)
     nesting = max([-f.dim for f in frames.values()] + [0])
-    return Structure(plate, frame.dim, frame.full_size or frame.size, local_sites, global_sites, nesting)
+    stray = tuple(name for name, site in trace.nodes.items() if site["type"] == "sample" and site["is_observed"]
+                  and site["cond_indep_stack"] and plate not in [f.name for f in site["cond_indep_stack"]])
+    return Structure(plate, frame.dim, frame.full_size or frame.size, local_sites, global_sites, nesting, stray)
 
 
 class _PlateReached(Exception):
