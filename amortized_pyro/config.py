@@ -16,9 +16,9 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from .autoguides.factors import REFINE_GRADS
+from .autoguides.factors import FREE_INITS, REFINE_GRADS
 from .errors import AmortizedPyroError
-from .guides import GUIDES, QZ_INITS
+from .guides import GUIDES
 from .model import LIKELIHOODS, LOCAL_TERMS
 from .objectives import OBJECTIVES
 from .posterior import THETA_INIT_SCALE
@@ -100,7 +100,7 @@ class FitConfig(Checked):
                                low=0, open_low=True)
     qz_init: str = option("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
                           "(the studies' code: μ ~ N(0,1), log σ ~ N(0,1) − 1 per datapoint; μ, log σ ~ "
-                          "N(0,1) shared).", choices=QZ_INITS)
+                          "N(0,1) shared).", choices=FREE_INITS)
     epochs: int = option(5000, "Passes over the N training images.", low=1)
     batch_size: int = option(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
                              "the full batch.", low=1)

@@ -25,22 +25,13 @@ import torch
 
 import pyro
 
-from .autoguides.factors import FREE_INITS, Encoder, mlp
+from .autoguides.factors import mlp
 from .autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal,
                                   AutoSharedNormal)
 from .errors import AmortizedPyroError
 from .model import LEAKY_SLOPE, data_plate
 from .modules import LocalModule
 from .posterior import THETA_INIT_SCALE, DecoderPosterior
-
-QZ_INITS = FREE_INITS
-
-
-def encoder(x_dim, z_dim, width, layers=2, slope=LEAKY_SLOPE):
-    """The package's encoder: x → width (→ width …, ``layers`` hidden layers, LeakyReLU of negative slope
-    ``slope``) → (loc, log-scale) heads of size z_dim, from torch's default initialisation."""
-    return Encoder(mlp(x_dim, width, layers, slope), width if layers else x_dim, z_dim)
-
 
 Family = namedtuple("Family", "name label encoder in_studies")
 FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
-from amortized_pyro.guides import encoder, make_guide  # noqa: E402
+from amortized_pyro.autoguides.factors import Encoder, mlp  # noqa: E402
+from amortized_pyro.guides import make_guide  # noqa: E402
 from amortized_pyro.svi import make_elbo, make_optimizer, step as svi_step  # noqa: E402
 from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
 
@@ -55,7 +56,7 @@ class HandwrittenStep:
                         for name, shape in decoder_shapes(z_dim, hidden, x_dim).items()}
         params = [t for pair in self.q_theta.values() for t in pair]
         if guide == "amortized":
-            self.encoder = encoder(x_dim, z_dim, width).to(device)
+            self.encoder = Encoder(mlp(x_dim, width, 2), width, z_dim).to(device)  # the package's encoder
             params += list(self.encoder.parameters())
         else:
             shape = (n_obs, z_dim) if guide == "per-datapoint" else (z_dim,)
