@@ -10,7 +10,7 @@ then moves by one HMC transition that leaves f_t invariant: ``leapfrog`` steps o
 integrator (:func:`pyro.ops.integrator.velocity_verlet`) and a Metropolis correction per chain.
 log p̂(x_n | θ) = log (1/C) Σ_c exp(log w_c); E[w] = p(x_n | θ), so the estimate is a stochastic lower bound,
 exact as T → ∞. Each image's step size adapts between transitions towards an acceptance rate of 0.65 (as
-Wu et al.); every chain, image and step is vectorized. Hand-written around Pyro's integrator: Pyro's HMC
+Wu et al.); every θ draw, chain, image and step is vectorized. Hand-written around Pyro's integrator: Pyro's HMC
 kernel runs one chain on one target, not an annealed path over many images at once.
 """
 import math
@@ -19,6 +19,8 @@ import torch
 
 import pyro.distributions as dist
 from pyro.ops.integrator import velocity_verlet
+
+from .local_elbo import CHUNK, broadcast_factor, draw_rows
 
 TARGET_ACCEPT = 0.65
 
@@ -29,48 +31,59 @@ def sigmoid_schedule(steps, sharpness=4.0):
     return ((s - s[0]) / (s[-1] - s[0])).tolist()
 
 
-def ais_log_marginal(log_joint, x, loc, scale, theta, steps, chains, leapfrog, generator=None):
-    """log p̂(x_n | θ) per image [n] by AIS from N(loc, scale²) with ``steps`` annealing steps of one HMC
-    transition (``leapfrog`` integrator steps) and ``chains`` chains per image."""
-    return torch.logsumexp(ais_log_weights(log_joint, x, loc, scale, theta, steps, chains, leapfrog, generator), 0) \
-        - math.log(chains)
+def ais_log_marginal(log_joint, x, loc, scale, draws, steps, chains, leapfrog, chunk=CHUNK):
+    """log p̂(x_n | θ_m) [M, n] for every draw θ_m of ``draws`` (:class:`~amortized_pyro.draws.Draws`) by AIS
+    from N(loc, scale²) ([n, size], or [M, n, size]: one proposal per draw) with ``steps`` annealing steps of
+    one HMC transition (``leapfrog`` integrator steps) and ``chains`` chains per image and draw, the draws
+    in spans of at most ``chunk`` rows (the same numbers whatever the chunk)."""
+    n = loc.shape[-2]
+    out = []
+    for start, stop in draws.chunks(chains * n, chunk):
+        log_w = ais_log_weights(log_joint, x, draw_rows(loc, start, stop), draw_rows(scale, start, stop),
+                                draws.part(start, stop), steps, chains, leapfrog)
+        out.append(torch.logsumexp(log_w, 1) - math.log(chains))
+    return torch.cat(out)
 
 
-def ais_log_weights(log_joint, x, loc, scale, theta, steps, chains, leapfrog, generator=None):
-    """The chains' final log weights [chains, n] (see :func:`ais_log_marginal`)."""
+def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog):
+    """The chains' final log weights [M, chains, n] (see :func:`ais_log_marginal`), every draw of chain and
+    momentum from the draw's own generator."""
+    generators = draws.generators()
+    loc, scale = broadcast_factor(loc), broadcast_factor(scale)  # [M or 1, 1, n, size]
     proposal = dist.Normal(loc, scale)
-    z = loc + scale * torch.randn((chains,) + tuple(loc.shape), generator=generator, device=loc.device)
-    log_w = torch.zeros(chains, x.shape[0], dtype=loc.dtype, device=loc.device)
-    step_size = 0.5 * scale.min(-1, keepdim=True).values.expand(chains, -1, -1).clone()  # [C, n, 1]
+    n, size = loc.shape[-2:]
+    z = loc + scale * draws.normal(generators, (chains, n, size), loc.dtype)  # [M, C, n, size]
+    log_w = z.new_zeros(z.shape[:-1])
+    step_size = 0.5 * scale.min(-1, keepdim=True).values.expand(z.shape[:-1] + (1,)).clone()  # [M, C, n, 1]
     betas = sigmoid_schedule(steps)
 
     def log_ratio(z):
-        return log_joint(x, z, theta) - proposal.log_prob(z).sum(-1)  # [C, n]
+        return log_joint(x, z, draws.values) - proposal.log_prob(z).sum(-1)  # [M, C, n]
 
     with torch.no_grad():
         for previous, beta in zip(betas[:-1], betas[1:]):
             log_w += (beta - previous) * log_ratio(z)
-            z, accepted = hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, generator)
-            rate = accepted.float().mean(0, keepdim=True).unsqueeze(-1)  # per image, over its chains
+            z, accepted = hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, generators)
+            rate = accepted.to(z.dtype).mean(1, keepdim=True).unsqueeze(-1)  # per draw and image, over its chains
             step_size = step_size * torch.where(rate > TARGET_ACCEPT, 1.02, 0.98)
     return log_w
 
 
-def hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, generator):
+def hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, generators):
     """One HMC transition per chain leaving f_β(z) ∝ q(z) · (p(x, z | θ) / q(z))^β invariant: (z', accepted)."""
     energy = {}
 
     def potential(sites):
-        energy["u"] = -(proposal.log_prob(sites["z"]).sum(-1) + beta * log_ratio(sites["z"]))  # [C, n]
+        energy["u"] = -(proposal.log_prob(sites["z"]).sum(-1) + beta * log_ratio(sites["z"]))  # [M, C, n]
         return energy["u"].sum()  # chains and images are independent: the gradient of the sum is each one's
 
     with torch.enable_grad():
         start_u = -(proposal.log_prob(z).sum(-1) + beta * log_ratio(z))
-        r = torch.randn(z.shape, generator=generator, device=z.device, dtype=z.dtype)
+        r = draws.normal(generators, z.shape[1:], z.dtype)
         z_new, r_new, _, _ = velocity_verlet({"z": z}, {"z": r}, potential, lambda m: m, step_size, leapfrog)
     z_new, r_new = z_new["z"].detach(), r_new["z"].detach()
     new_u = energy["u"].detach()
     log_accept = start_u.detach() + 0.5 * r.pow(2).sum(-1) - new_u - 0.5 * r_new.pow(2).sum(-1)
-    uniform = torch.rand(log_accept.shape, generator=generator, device=z.device, dtype=z.dtype)
+    uniform = draws.uniform(generators, log_accept.shape[1:], z.dtype)
     accepted = torch.isfinite(log_accept) & (uniform.log() < log_accept)
     return torch.where(accepted.unsqueeze(-1), z_new, z), accepted

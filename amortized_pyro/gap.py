@@ -1,32 +1,45 @@
 """The amortization gap, measured per image on a trained run (Cremer, Li & Duvenaud 2018; Kim et al. 2018),
 for a model whose decoder is Bayesian: three gaps that add up.
 
-With q(θ) trained and frozen, M draws θ_m ~ q(θ) shared by every quantity, for one image x_n and a Gaussian
-factor q(z_n) (:mod:`amortized_pyro.local_elbo`):
+With q(θ) trained and frozen, for one image x_n and a Gaussian factor q(z_n) (:mod:`amortized_pyro.local_elbo`):
 
-    L_n(q; θ)  = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)],   L_n(q) = mean_m L_n(q; θ_m)
-    q*_n       = the best Gaussian factor for x_n under q(θ): Adam on L_n (on the same M draws θ_m) from
-                 the guide's factor (from the prior where the guide has none for x_n), per image until its
-                 windowed stopping rule (Cremer et al.: windows of 100 steps, patience 10), best iterate,
-                 learning rate halved on plateaus, or a cap
-    q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule)
+    L_n(q; θ)  = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)],   L_n(q) = E_{q(θ)} L_n(q; θ)
+    q*_n       = the best Gaussian factor for x_n under q(θ): Adam on the mean of L_n(q; θ_m) over M
+                 *fitting* draws θ_1..θ_M ~ q(θ) (``theta_draws``), from the guide's factor (from the prior
+                 where the guide has none for x_n), per image until its windowed stopping rule (Cremer et
+                 al.: windows of 100 steps, patience 10), best iterate, learning rate halved on plateaus, or
+                 a cap
+    q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule;
+                 the M optimizations run as one batched program, each with its own schedule and stopping)
     log p(x_n) := mean_m log p(x_n | θ_m); each log p(x_n | θ_m) by the importance-weighted bound with K
                  samples from q*_nm, and, as a second estimator, by annealed importance sampling from q*_nm
                  (:mod:`amortized_pyro.ais`); both are stochastic lower bounds
 
+Every L_n(q) of a factor fitted to draws of θ (the guide's, q*'s, the refinement rows') is scored on S
+*fresh* draws θ'_1..θ'_S ~ q(θ) (``score_draws``) that no optimization saw. Scored on the fitting draws, q*
+would read too high (it fits their noise: by about the coupling gap / (M − 1) on a local quadratic reading),
+every amortization gap too high and every coupling gap too low. The per-draw quantities q*_nm, L_n(q*_nm;
+θ_m) and log p(x_n | θ_m) stay at their own θ_m. L_n(guide), L_n(q*) and the refinement rows share their z
+draws (common random numbers: their differences, the gaps, have less variance than each).
+
     amortization gap   L_n(q*) − L_n(q_guide)                 what the encoder loses against the best factor
                                                               (SA-VI's q_guide: its encoder's factor refined by
-                                                              its own steps and learning rate on L_n(q))
+                                                              its own steps and learning rate on the M draws)
     coupling gap       mean_m L_n(q*_nm; θ_m) − L_n(q*)       the cost of a q(z_n) that ignores θ (q(θ)q(z))
     approximation gap  log p(x_n) − mean_m L_n(q*_nm; θ_m)    the cost of the Gaussian family at each θ
 
-so that the three add up to log p(x_n) − L_n(q_guide). With θ fixed at E_q[θ] (``theta="mean"``) the
-coupling gap is zero up to optimization noise and the others are Cremer et al.'s. The global term
-KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left out. Standard errors are over the
-images only: the θ draws, the z draws and the trained run (one seed) are held fixed. A q* stopped at the cap
+so that the three add up to log p(x_n) − L_n(q_guide) (up to the Monte Carlo error of two sets of draws).
+With θ fixed at E_q[θ] (``theta="mean"``) the coupling gap is zero up to optimization noise and the others
+are Cremer et al.'s. The global term KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left
+out. Standard errors are over the images only: the θ draws, the z draws and the trained run (one seed) are
+held fixed (errors over seeds and images together: :mod:`amortized_pyro.results`). A q* stopped at the cap
 makes the image's amortization gap a lower bound and its coupling gap an upper bound; a q*_m stopped at the
-cap, its coupling gap a lower bound and its approximation gap an upper bound; the report counts both. Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that
-many of q*'s Adam steps from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
+cap, its coupling gap a lower bound and its approximation gap an upper bound; the report counts both.
+Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many of
+q*'s Adam steps (on the fitting draws) from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
+
+Every random draw has an explicit key (:mod:`amortized_pyro.draws`): the numbers are the same whether the
+draws are batched or taken one at a time (``chunk``).
 """
 import math
 from dataclasses import asdict, dataclass
@@ -36,8 +49,9 @@ import torch
 import pyro
 
 from .ais import ais_log_marginal
+from .draws import Draws
 from .evaluation import factor
-from .local_elbo import StoppingRule, converge, local_elbo, log_weights, refine
+from .local_elbo import CHUNK, StoppingRule, converge, local_elbo, per_draw, refine
 from .model import decode
 from .settings import Checked, option
 
@@ -50,11 +64,13 @@ class GapSettings(Checked):
     of the ``gap`` command (``theta_draws`` → ``--theta-draws``)."""
 
     importance_samples: int = option(1000, "Importance samples K per image and θ draw for log p(x_n).", low=1)
-    theta_draws: int = option(8, "Draws M of θ ~ q(θ) shared by every quantity (with --theta sample).", low=1)
-    theta: str = option("sample", "sample: M draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
+    theta_draws: int = option(8, "Draws M of θ ~ q(θ) that q* is fitted on (with --theta sample).", low=1)
+    score_draws: int = option(32, "Fresh draws S of θ ~ q(θ) that every L(q) of a fitted factor is scored on "
+                              "(with --theta sample).", low=1)
+    theta: str = option("sample", "sample: draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
     samples: int = option(100, "z draws per image and θ draw for each local ELBO.", low=1)
     lr: float = option(1e-2, "Adam's learning rate for q* and refinement.", low=0, open_low=True)
-    step_samples: int = option(8, "z draws per image in each optimization step.", low=1)
+    step_samples: int = option(8, "z draws per image (and θ draw) in each optimization step.", low=1)
     window: int = option(100, "Stopping rule for q*: windows of this many steps ...", low=1)
     patience: int = option(10, "... stop after this many windows without improvement ...", low=1)
     max_steps: int = option(5000, "... or after this many steps.", low=1)
@@ -63,32 +79,27 @@ class GapSettings(Checked):
     ais_steps: int = option(200, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
     ais_chains: int = option(8, "AIS chains per image and θ draw.", low=1)
     leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
-    chunk: int = option(100, "Importance samples evaluated at once (memory).", low=1)
+    chunk: int = option(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
+                        "depends on it.", low=1)
     seed: int = option(0, "Seeds every draw of the evaluation.")
 
     def rule(self):
         return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience)
 
 
-def theta_draws(guide, settings, generator):
-    """The M fixed draws of θ ~ q(θ) of ``guide`` (or its median once) that every evaluation shares."""
-    if settings.theta == "mean":
-        return [guide.global_mean()]
-    return [guide.global_sample(generator) for _ in range(settings.theta_draws)]
-
-
 @torch.no_grad()
-def log_marginal(log_joint, x, loc, scale, thetas, K, chunk, generator):
-    """log p(x_n) per image [n]: the K-sample importance-weighted bound with proposal N(loc, scale²) for each
-    θ in ``thetas``, averaged over θ."""
-    bounds = []
-    for theta in thetas:
-        total = None
-        for start in range(0, K, chunk):
-            part = torch.logsumexp(log_weights(log_joint, x, loc, scale, theta, min(chunk, K - start), generator), 0)
-            total = part if total is None else torch.logaddexp(total, part)
-        bounds.append(total - math.log(K))
-    return torch.stack(bounds).mean(0)
+def global_draws(guide, settings, generator):
+    """(fit, score): the M draws θ_m ~ q(θ) of ``guide`` that q* is fitted on and the S fresh ones that
+    every L(q) is scored on (:class:`~amortized_pyro.draws.Draws`, keyed from ``generator``); the median of
+    q(θ) once each with ``theta="mean"``; one empty draw each where the model has no global latent site."""
+    if not guide.structure.globals:
+        fit, score = [{}], [{}]
+    elif settings.theta == "mean":
+        fit, score = [guide.global_mean()], [guide.global_mean()]
+    else:
+        fit = [guide.global_sample(generator) for _ in range(settings.theta_draws)]
+        score = [guide.global_sample(generator) for _ in range(settings.score_draws)]
+    return Draws.of(fit, generator), Draws.of(score, generator)
 
 
 def summarize(values):
@@ -107,43 +118,41 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     per-image values; the guide's quantities are None where it has no factor for these images."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
-    thetas = theta_draws(guide, settings, generator)
-    q_z = factor(guide, x, idx, thetas)  # SA-VI: refined by its own steps on L_n(q) over the same draws
-    result, best = measure_factors(model.local_log_joint, x, thetas, q_z, model.z_dim, settings, generator,
-                                   refine_steps)
+    fit, score = (draws.with_values(model.with_gram(draws.values, x))
+                  for draws in global_draws(guide, settings, generator))
+    q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
+    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps)
     with torch.no_grad():
-        theta = thetas[0] if settings.theta == "mean" else guide.global_mean()
+        theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         plugin = model.observation_mean(decode(best.loc, theta))
     result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
     return result
 
 
-def measure_factors(log_joint, x, thetas, factor, size, settings, generator, refine_steps=()):
+def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=()):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
-    (z [..., n, size]), ``thetas`` the fixed global draws, ``factor`` the guide's (μ, σ) [n, size] or None
-    (then q* starts from N(0, I)), ``generator`` every further draw. Returns (the result dict, q*'s
+    (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local_elbo`), ``fit`` and
+    ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
+    [n, size] or None (then q* starts from N(0, I)). Returns (the result dict, q*'s
     :class:`~amortized_pyro.local_elbo.Optimum`)."""
-    rule = settings.rule()
-    start = factor if factor is not None else (torch.zeros(x.shape[0], size, device=x.device),
-                                               torch.ones(x.shape[0], size, device=x.device))
-    best = converge(log_joint, x, start[0], start[1].log(), thetas, settings.lr, rule, settings.step_samples,
-                    generator)
-    scale = best.log_scale.exp()
-    elbo_optimized = local_elbo(log_joint, x, best.loc, scale, thetas, settings.samples, generator)
-    per_theta = [converge(log_joint, x, best.loc, best.log_scale, theta, settings.lr, rule, settings.step_samples,
-                          generator) for theta in thetas]
-    elbo_per_theta, log_px, log_px_ais = [], [], []
-    for theta, q in zip(thetas, per_theta):
-        q_scale = q.log_scale.exp()
-        elbo_per_theta.append(local_elbo(log_joint, x, q.loc, q_scale, [theta], settings.samples, generator))
-        log_px.append(log_marginal(log_joint, x, q.loc, q_scale, [theta], settings.importance_samples,
-                                   settings.chunk, generator))
-        if settings.ais_steps:
-            log_px_ais.append(ais_log_marginal(log_joint, x, q.loc, q_scale, theta, settings.ais_steps,
-                                               settings.ais_chains, settings.leapfrog, generator))
-    elbo_per_theta, log_px = torch.stack(elbo_per_theta).mean(0), torch.stack(log_px).mean(0)
-    log_px_ais = torch.stack(log_px_ais).mean(0) if log_px_ais else None
-    elbo_guide = local_elbo(log_joint, x, *start, thetas, settings.samples, generator) if factor is not None else None
+    rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
+    n = x.shape[0]
+    start = factor if factor is not None else (torch.zeros(n, size, device=x.device),
+                                               torch.ones(n, size, device=x.device))
+    best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
+                    settings.step_samples, chunk=chunk)
+    per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
+                         settings.step_samples, per_draw=True, chunk=chunk)
+    scored = score.at("score")
+    elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk)
+    q_m = (per_theta.loc, per_theta.log_scale.exp())
+    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk).mean(0)
+    log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk).mean(0)
+    log_px_ais = None
+    if settings.ais_steps:
+        log_px_ais = ais_log_marginal(log_joint, x, *q_m, fit.at("ais"), settings.ais_steps, settings.ais_chains,
+                                      settings.leapfrog, chunk).mean(0)
+    elbo_guide = local_elbo(log_joint, x, *start, scored, samples, chunk) if factor is not None else None
     per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
                  "log_px": log_px, "log_px_ais": log_px_ais,
                  "amortization_gap": None if elbo_guide is None else elbo_optimized - elbo_guide,
@@ -152,17 +161,18 @@ def measure_factors(log_joint, x, thetas, factor, size, settings, generator, ref
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         if k:
-            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), thetas, settings.lr, k,
-                                        settings.step_samples, generator)
-            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_log_scale.exp(), thetas, settings.samples,
-                                               generator)
+            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.lr, k,
+                                        settings.step_samples, chunk=chunk)
+            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_log_scale.exp(), scored, samples, chunk)
         else:  # the guide's own factor: its gap is the amortization gap, the same estimate
             left = per_image["amortization_gap"]
         refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     result = {name: summarize(values) for name, values in per_image.items()}
-    capped, capped_per_theta = int(best.capped.sum()), sum(int(q.capped.sum()) for q in per_theta)
-    result.update(settings=asdict(settings), optimizer_steps=int(best.steps.max()), capped=capped,
+    capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum())
+    result.update(settings=asdict(settings), theta_draws=len(fit), score_draws=len(score),
+                  optimizer_steps=int(best.steps.max()), capped=capped,
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
+                  estimator="fresh score draws",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
                   refine_steps=list(refine_steps), refinement=refined,
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})

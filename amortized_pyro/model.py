@@ -66,21 +66,37 @@ def decoder_shapes(z_dim, hidden, x_dim):
     }
 
 
+def _layer(h, weight, bias):
+    """h W^T + b, for weights with or without a leading draw dimension (see :func:`decode`)."""
+    if weight.dim() == 2:
+        return F.linear(h, weight, bias)
+    if weight.dim() == 3 and h.dim() == 4 and h.shape[0] == weight.shape[0] > 1:  # the gap's draws (decode)
+        rows = h.shape[:-1]
+        h = torch.baddbmm(bias.unsqueeze(-2), h.reshape(weight.shape[0], -1, h.shape[-1]), weight.transpose(-1, -2))
+        return h.reshape(rows + (weight.shape[-2],))
+    return torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
+
+
+def hidden(z, theta):
+    """The decoder's last hidden layer for latents z (see :func:`decode`)."""
+    h = z
+    for layer in (1, 2):
+        h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), LEAKY_SLOPE)
+    return h
+
+
 def decode(z, theta):
     """Ω(z; θ): the decoder's mean for latents z [..., B, z_dim] and weights ``theta`` (site → tensor).
 
-    Weights may carry leading particle dimensions matching those of z ([P, H, z_dim] with z [P, B, z_dim]).
+    Weights may carry a leading dimension P (particles, the gap's θ draws): [P, H, z_dim] with z [P, B, z_dim]
+    or z [D, P, B, z_dim] (broadcast: SA-VI's one z draw per particle, D = 1), or z [P, S, B, z_dim] (the
+    gap's S z draws per weight draw, P > 1: one matrix product of S·B rows per draw). A z [D, P, B, z_dim]
+    with D = P > 1 would read as the latter: nothing here makes one.
     """
-    h = z
-    for layer in (1, 2, 3):
-        weight, bias = theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]
-        if weight.dim() == 2:
-            h = F.linear(h, weight, bias)
-        else:
-            h = torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
-        if layer < 3:
-            h = F.leaky_relu(h, LEAKY_SLOPE)
-    return h
+    return _layer(hidden(z, theta), theta["decoder.w3"], theta["decoder.b3"])
+
+
+GRAM = ("gram.WtW", "gram.Wt(x-b)", "gram.|x-b|2")
 
 
 def without_data_dim(value, event_shape):
@@ -138,8 +154,31 @@ class BayesianDecoderModel(LocalModule):
         return FixedScaleNormal(out, self.obs_scale).to_event(1)
 
     def local_log_joint(self, x, z, theta):
-        """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ."""
-        return self.observation(decode(z, theta)).log_prob(x) + dist.Normal(0.0, 1.0).log_prob(z).sum(-1)
+        """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ (with the
+        terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
+        prior = dist.Normal(0.0, 1.0).log_prob(z).sum(-1)
+        if GRAM[0] not in theta:
+            return self.observation(decode(z, theta)).log_prob(x) + prior
+        # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
+        h = hidden(z, theta)  # [M, S, n, H]
+        gram, linear, offset = (theta[name] for name in GRAM)  # [M, H, H], [M, n, H], [M, n]
+        quadratic = (torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape) * h).sum(-1)
+        square = offset.unsqueeze(1) - 2 * (linear.unsqueeze(1) * h).sum(-1) + quadratic
+        return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
+
+    @torch.no_grad()
+    def with_gram(self, values, x):
+        """The gap's stacked θ draws (site → [M, ...]) with the terms that make the normal likelihood of the
+        images x cost H² per z draw instead of H·x_dim (WᵀW, Wᵀ(x − b), ‖x − b‖² of the last layer), or as
+        they are for the Bernoulli likelihood. Hand-written for speed: the last layer is 72% of the
+        decoder's arithmetic at the reference size, and the gap's θ and x stay fixed for thousands of steps
+        (BENCHMARKS.md)."""
+        if self.likelihood != "normal" or not values:
+            return values
+        weight, bias = values["decoder.w3"], values["decoder.b3"]  # [M, x_dim, H], [M, x_dim]
+        residual = x - bias.unsqueeze(1)  # [M, n, x_dim]
+        terms = (weight.transpose(-1, -2) @ weight, residual @ weight, residual.square().sum(-1))
+        return dict(values, **dict(zip(GRAM, terms)))
 
     def observation_mean(self, out):
         """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""

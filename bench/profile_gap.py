@@ -5,7 +5,8 @@ the local-ELBO estimates) and Python overhead against torch's own operators, pro
     python bench/profile_gap.py RUN_DIR --wall-only                         # one timed measurement, no profile
 
 The phases are timed by wrapping :mod:`amortized_pyro.gap`'s calls of ``converge`` (its first call is q*, the
-others the q*_m), ``local_elbo``, ``log_marginal`` (IWAE), ``ais_log_marginal`` (AIS) and ``refine``, with
+second the q*_m of every draw at once), ``local_elbo``, ``per_draw`` (L(q*_m; θ_m) and IWAE),
+``ais_log_marginal`` (AIS) and ``refine``, with
 the measurement otherwise as ``measure_run`` runs it (compare's settings: M = 4, K = 1,000, AIS 200 steps,
 q* capped at 3,000 steps, refinement rows 0 / 5 / 20 / 100). "torch operators" is cProfile's own time in
 built-in functions and methods (torch's C++ operators, their dispatch included); "Python" is the own time
@@ -24,8 +25,8 @@ from amortized_pyro import gap
 from amortized_pyro.comparison import COMPARE_GAP, COMPARE_REFINE
 from amortized_pyro.fitting import measure_run
 
-PHASES = {"converge": None, "local_elbo": "local-ELBO estimates (L(q*), L(q*_m; θ_m), the guide's, refinement)",
-          "log_marginal": "IWAE log p(x | θ_m)", "ais_log_marginal": "AIS log p(x | θ_m)",
+PHASES = {"converge": None, "local_elbo": "local-ELBO estimates on the score draws (L(q*), the guide's, refinement)",
+          "per_draw": "per-draw estimates (L(q*_m; θ_m), IWAE log p(x | θ_m))", "ais_log_marginal": "AIS log p(x | θ_m)",
           "refine": "refinement rows' Adam steps"}
 
 
@@ -38,7 +39,7 @@ def timed(seconds):
         def run(*args, **kwargs):
             calls[name] += 1
             label = PHASES[name] or ("q* (one optimization over the M draws)" if calls[name] == 1
-                                     else "q*_m (M optimizations, one per draw)")
+                                     else "q*_m (the M optimizations, batched)")
             began = time.perf_counter()
             try:
                 return originals[name](*args, **kwargs)

@@ -16,13 +16,13 @@ import pyro
 
 from amortized_pyro.ais import ais_log_weights
 from amortized_pyro.autoguides import AutoPerDatapointNormal, LocalJoint, measure_gap
-from amortized_pyro.autoguides.gap import global_draws
-from amortized_pyro.gap import GapSettings
+from amortized_pyro.draws import Draws
+from amortized_pyro.gap import GapSettings, global_draws
 from amortized_pyro.local_elbo import log_weights
 from toy_models import LinearGaussian, WithGlobals
 
 N, DX, DZ, SIGMA = 5, 6, 2, 0.5
-SETTINGS = GapSettings(theta_draws=2, samples=2000, importance_samples=2000, chunk=1000, lr=0.02, step_samples=32,
+SETTINGS = GapSettings(theta_draws=2, score_draws=4, samples=2000, importance_samples=2000, chunk=1000, lr=0.02, step_samples=32,
                        window=50, patience=5, max_steps=4000, ais_steps=50, ais_chains=16, leapfrog=5)
 OPT = 0.02  # what Adam's best iterate may leave of an optimum here, in nats (stated, as in test_gap_quadrature)
 
@@ -66,15 +66,16 @@ def measured():
             guide.q_z.loc.copy_(toy.posterior_mean(toy.x) + 0.4)  # the guide's factors: away from the best ones
             guide.q_z.log_scale.fill_(-1.0)
         report = measure_gap(toy.model, guide, toy.x, settings=SETTINGS)
-        thetas = global_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure_gap's draws
-        yield toy, guide, report, thetas
+        fit, score = global_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure_gap's
+        yield toy, guide, report, ([fit.one(m) for m in range(len(fit))], [score.one(s) for s in range(len(score))])
     torch.set_default_dtype(torch.float32)
 
 
 def test_gaps_of_a_users_model_match_closed_forms(measured):
-    toy, guide, report, thetas = measured
+    toy, guide, report, (thetas, fresh) = measured
     got = {k: torch.tensor(v) for k, v in report["per_image"].items()}
-    at = [toy.at(t["W"], t["sigma"]) for t in thetas]
+    at = [toy.at(t["W"], t["sigma"]) for t in thetas]  # q* is fitted on these; L(guide), L(q*) scored on fresh
+    at_fresh = [toy.at(t["W"], t["sigma"]) for t in fresh]
     x = toy.x
     factor = (guide.q_z.loc.detach(), guide.q_z.log_scale.detach().exp())
     # q*: the stationary point of the mean over draws of the quadratic local ELBOs
@@ -82,20 +83,21 @@ def test_gaps_of_a_users_model_match_closed_forms(measured):
     star = (torch.linalg.solve(precision, torch.stack([m.W.T @ (x - m.b).T / m.sigma ** 2 for m in at]).mean(0)).T,
             precision.diagonal().rsqrt().expand(N, DZ))
     per_theta = [(m.posterior_mean(x), m.best_scale().expand(N, DZ)) for m in at]
-    exact = {"elbo_guide": torch.stack([m.elbo(x, *factor) for m in at]).mean(0),
-             "elbo_optimized": torch.stack([m.elbo(x, *star) for m in at]).mean(0),
+    exact = {"elbo_guide": torch.stack([m.elbo(x, *factor) for m in at_fresh]).mean(0),
+             "elbo_optimized": torch.stack([m.elbo(x, *star) for m in at_fresh]).mean(0),
              "elbo_per_theta": torch.stack([m.elbo(x, *q) for m, q in zip(at, per_theta)]).mean(0),
              "log_px": torch.stack([m.log_px(x) for m in at]).mean(0)}
     coupling = exact["elbo_per_theta"] - exact["elbo_optimized"]
     approximation = exact["log_px"] - exact["elbo_per_theta"]
     amortization = exact["elbo_optimized"] - exact["elbo_guide"]
-    # a setting where each gap matters (the trivial answer 0 fails every check below)
-    assert (coupling > 0.1).all() and (approximation > 0.1).all() and (amortization > 1).all()
+    # a setting where each gap matters (the trivial answer 0 fails every check below); the coupling gap compares
+    # the fitting draws with the fresh ones, so one image's may fall below 0 with so few draws: its mean may not
+    assert coupling.mean() > 0.5 and (approximation > 0.1).all() and (amortization > 1).all()
     joint = LocalJoint(toy.model, guide.structure, (x,), {})
     S = SETTINGS.samples
-    se = {name: mean_se([elbo_se(joint, q, t, S, 7) for q, t in zip(qs, thetas)])
-          for name, qs in (("elbo_guide", [factor] * len(thetas)), ("elbo_optimized", [star] * len(thetas)),
-                           ("elbo_per_theta", per_theta))}
+    se = {name: mean_se([elbo_se(joint, q, t, S, 7) for q, t in zip(qs, ts)])
+          for name, qs, ts in (("elbo_guide", [factor] * len(fresh), fresh), ("elbo_optimized", [star] * len(fresh), fresh),
+                               ("elbo_per_theta", per_theta, thetas))}
     assert ((got["elbo_guide"] - exact["elbo_guide"]).abs() < 4 * se["elbo_guide"]).all()
     for name in ("elbo_optimized", "elbo_per_theta"):  # Adam's optima: not above the exact ones, nor far below
         assert (got[name] < exact[name] + 4 * se[name]).all(), name
@@ -108,9 +110,10 @@ def test_gaps_of_a_users_model_match_closed_forms(measured):
     assert ((got["log_px"] - exact["log_px"]).abs() < 4 * iwae_se + 1e-6).all()
     assert ((got["approximation_gap"] - approximation).abs() < 4 * torch.hypot(iwae_se, se["elbo_per_theta"])
             + OPT).all()
-    ais_se = mean_se([log_mean_exp_se(ais_log_weights(joint, torch.empty(N, 0), q[0], q[1], t, SETTINGS.ais_steps,
-                                                      SETTINGS.ais_chains, SETTINGS.leapfrog,
-                                                      torch.Generator().manual_seed(9)))
+    stacked = LocalJoint(toy.model, guide.structure, (x,), {}, stacked=True)
+    ais_se = mean_se([log_mean_exp_se(ais_log_weights(stacked, torch.empty(N, 0), q[0], q[1],
+                                                      Draws.of([t], torch.Generator().manual_seed(9)),
+                                                      SETTINGS.ais_steps, SETTINGS.ais_chains, SETTINGS.leapfrog)[0])
                       for q, t in zip(per_theta, thetas)])
     assert ((got["log_px_ais"] - exact["log_px"]).abs() < 4 * ais_se + 0.01).all()
     assert report["capped"] == 0 and report["capped_per_theta"] == 0
@@ -120,7 +123,10 @@ def test_a_model_without_globals_has_no_coupling_gap():
     """No global latent: one θ (none), and the approximation gap is ½ (Σ log Λ_ii − log det Λ) for every n."""
     torch.set_default_dtype(torch.float64)
     try:
-        toy = LinearGaussian(N, DX, DZ, SIGMA, correlation=0.7)
+        # W's columns correlated 0.4: the posterior's correlation 0.47 < 0.5, where 2Λ − diag Λ is positive
+        # definite and IWAE's weights from the best mean-field proposal have finite variance (at 0.7, 0.79:
+        # infinite, and K = 2,000 read log p(x) 0.1-0.17 nats low on every image, beyond its delta-method s.e.)
+        toy = LinearGaussian(N, DX, DZ, SIGMA, correlation=0.4)
         with pyro.settings.context(module_local_params=True):
             guide = AutoPerDatapointNormal(toy.model)
             guide(toy.x)

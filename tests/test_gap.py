@@ -15,9 +15,10 @@ import pyro
 from amortized_pyro import model as model_module
 from amortized_pyro.cli import cli
 from amortized_pyro.fitting import fit
-from amortized_pyro.gap import GapSettings, log_marginal, measure
+from amortized_pyro.draws import Draws
+from amortized_pyro.gap import GapSettings, measure
 from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import converge, local_elbo, log_weights
+from amortized_pyro.local_elbo import converge, local_elbo, log_weights, per_draw
 from amortized_pyro.model import BayesianDecoderModel
 from amortized_pyro.gap_plots import gap_figure
 
@@ -80,7 +81,7 @@ def se_of_mean(draws):
 def test_local_elbo_is_the_closed_form_within_its_standard_error(linear):
     loc, scale = torch.randn(N, Z), torch.rand(N, Z) + 0.2
     generator = torch.Generator().manual_seed(1)
-    estimate = local_elbo(linear.model.local_log_joint, linear.x, loc, scale, linear.thetas, 4000, generator)
+    estimate = local_elbo(linear.model.local_log_joint, linear.x, loc, scale, Draws.of(linear.thetas, generator), 4000)
     se = se_of_mean(log_weights(linear.model.local_log_joint, linear.x, loc, scale, linear.thetas[0], 4000, generator))
     assert ((estimate - linear.elbo(loc, scale)).abs() < 4 * se).all()
     assert torch.allclose(linear.elbo(*linear.optimum()) + kl_to_posterior(linear, *linear.optimum()), linear.log_px)
@@ -119,8 +120,9 @@ def test_approximation_gap_is_the_closed_form_kl_and_iwae_approaches_log_px(line
     # the reported gap uses the importance-weighted estimate of log p, within its own spread (from repeats)
     # of the exact value at K = 10,000 ...
     def repeats(K, count=8):
-        return torch.stack([log_marginal(linear.model.local_log_joint, linear.x, loc, scale, linear.thetas, K, 2000,
-                                         torch.Generator().manual_seed(100 * K + r)) for r in range(count)])
+        return torch.stack([per_draw(linear.model.local_log_joint, linear.x, loc, scale,
+                                     Draws.of(linear.thetas, torch.Generator().manual_seed(100 * K + r)), K,
+                                     "logmeanexp", 2000)[0] for r in range(count)])
     spread = repeats(10000).std(0)
     assert ((per_image["log_px"] - linear.log_px).abs() < 4 * spread + 0.02).all()
     assert torch.allclose(per_image["approximation_gap"], per_image["log_px"] - per_image["elbo_per_theta"])
@@ -157,14 +159,17 @@ def test_factors_at_the_optimum_have_no_amortization_gap_and_poor_ones_do(linear
 def test_gaps_are_not_negative_and_refinement_never_widens_them(tiny_data):
     result = fit(dataset="mnist-sample", n_obs=120, n_test=30, epochs=6, batch_size=40, hidden=16, z_dim=4, width=8,
                  device="cpu", predictive_draws=0, data=tiny_data, progress=False, log=lambda line: None)
-    settings = GapSettings(importance_samples=200, theta_draws=2, samples=50, max_steps=600, window=50, patience=3,
+    settings = GapSettings(importance_samples=200, theta_draws=8, samples=50, max_steps=600, window=50, patience=3,
                            ais_steps=50)
     report = measure(result.model, result.guide, tiny_data.test[:20], None, settings, refine_steps=(0, 5, 20, 100))
     for name in ("amortization_gap", "approximation_gap"):
         assert report[name]["mean"] > -4 * report[name]["stderr"]
     left = [(r["gap_left"]["mean"], r["gap_left"]["stderr"]) for r in report["refinement"]]
+    # refinement fits the M = 8 fitting draws and is scored on fresh ones: more steps may fit those draws' noise,
+    # by up to about the coupling gap / (M − 1) on a local quadratic reading (gap.py), beyond the images' s.e.
+    overfit = abs(report["coupling_gap"]["mean"]) / (settings.theta_draws - 1)
     for (before, se_before), (after, se_after) in zip(left, left[1:]):
-        assert after <= before + 4 * math.hypot(se_before, se_after)
+        assert after <= before + 4 * math.hypot(se_before, se_after) + overfit
     assert left[0][0] == pytest.approx(report["amortization_gap"]["mean"], abs=4 * left[0][1])
 
 

@@ -8,6 +8,7 @@ from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
 from amortized_pyro.evaluation import evaluate
 from amortized_pyro.evaluation import factor
 from amortized_pyro.guides import GUIDES
+from amortized_pyro.draws import Draws
 from amortized_pyro.local_elbo import local_elbo
 from amortized_pyro.svi import make_elbo
 
@@ -90,11 +91,11 @@ def test_refinement_raises_the_local_elbo_and_the_encoder_still_learns(tiny_data
                  progress=False)
     x = tiny_data.test
     generator = torch.Generator().manual_seed(0)
-    thetas = [result.guide.global_mean()]
+    thetas = Draws.of([result.guide.global_mean()], generator).at("score")  # the same z draws for both
     raw = [t.detach() for t in result.guide.q_z.encoder(x)]
     refined = factor(result.guide, x)
     log_joint = result.model.local_log_joint
-    gain = local_elbo(log_joint, x, *refined, thetas, 200, generator) - local_elbo(log_joint, x, *raw, thetas, 200, generator)
+    gain = local_elbo(log_joint, x, *refined, thetas, 200) - local_elbo(log_joint, x, *raw, thetas, 200)
     assert gain.mean() > 4 * gain.std() / math.sqrt(len(gain))
     loss = make_elbo()(result.model, result.guide)(tiny_data.train[:40], torch.arange(40))
     grads = torch.autograd.grad(loss, list(result.guide.q_z.encoder.parameters()))

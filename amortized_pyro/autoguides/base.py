@@ -156,7 +156,7 @@ class AutoLocalGuide(AutoGuide):
 
     def local_factor(self, indices, args, kwargs, theta):
         """(μ, σ), each [B, size]: the factor q(u_n) of the datapoints ``indices`` of the model's call
-        (``args``, ``kwargs``), at global values ``theta`` (site → tensor; a list: their mean objective, as
+        (``args``, ``kwargs``), at global values ``theta`` (site → tensor; or the gap's Draws: their mean objective, as
         SA-VI refines), or None where the family has none for them (a family's hook)."""
         raise NotImplementedError
 

@@ -13,6 +13,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ..batching import rows_of
+from ..draws import Draws
 from ..local_elbo import refine
 
 LEAKY_SLOPE = 0.2
@@ -68,7 +69,8 @@ class AmortizedFactor(nn.Module):
 class SemiAmortizedFactor(AmortizedFactor):
     """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
     ``lr``, one draw of z each, from ``generator``) on the local ELBO at ``theta`` (the θ the guide has just
-    drawn; when evaluating, E_q[θ] or the gap's draws; a list: their mean objective), by
+    drawn; when evaluating, E_q[θ] or the gap's :class:`~amortized_pyro.draws.Draws`: their mean
+    objective), by
     :func:`amortized_pyro.local_elbo.refine`, with ``log_joint(x, z, θ)`` the model's per-datapoint local
     log joint (given at construction, or per call). The refined factor's values are used. Gradients reach the
     encoder (``grad``) ``straight-through``: μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), as if the steps
@@ -89,7 +91,7 @@ class SemiAmortizedFactor(AmortizedFactor):
         if particles > 1:
             loc0, scale0 = loc0.expand((particles,) + loc0.shape), scale0.expand((particles,) + scale0.shape)
         detach = (lambda one: {k: v.detach() for k, v in one.items()})
-        theta = [detach(one) for one in theta] if isinstance(theta, list) else detach(theta)
+        theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
         unrolled = self.grad == "unrolled"
         loc, log_scale = refine(log_joint or self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1,
                                 generator, unrolled)

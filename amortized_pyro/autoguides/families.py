@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from ..draws import Draws
 from ..errors import AmortizedPyroError
 from .base import AutoLocalGuide
 from .factors import FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
@@ -187,13 +188,14 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
         self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad)
 
     def local_factor(self, indices, args, kwargs, theta):
-        log_joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices)
+        log_joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
+                                                       stacked=isinstance(theta, Draws))
         return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint,
                         self.particles(theta))
 
     def particles(self, theta):
         """How many particles the global values carry (vectorized particles: [P, 1…, *event]); 1 otherwise."""
-        if isinstance(theta, list):
+        if isinstance(theta, Draws):
             return 1
         nesting = self.structure.max_plate_nesting
         return max([value.shape[0] for name, value in theta.items()

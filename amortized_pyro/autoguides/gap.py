@@ -9,19 +9,8 @@ without global latent sites has one "θ" (none): its coupling gap is zero up to 
 """
 import torch
 
-from ..gap import GapSettings, measure_factors
+from ..gap import GapSettings, global_draws, measure_factors
 from .local_joint import LocalJoint
-
-
-@torch.no_grad()
-def global_draws(guide, settings, generator):
-    """The fixed global values every quantity shares: M draws from q(θ), E_q-median once (``theta="mean"``),
-    or a single empty one where the model has no global latent site."""
-    if not guide.structure.globals:
-        return [{}]
-    if settings.theta == "mean":
-        return [guide.global_mean()]
-    return [guide.global_sample(generator) for _ in range(settings.theta_draws)]
 
 
 def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, **kwargs):
@@ -44,13 +33,13 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     indices = guide.indices_of(*args, **kwargs)
     device = next(guide.parameters()).device
     generator = torch.Generator(device).manual_seed(settings.seed)
-    thetas = global_draws(guide, settings, generator)
-    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices)
+    fit, score = global_draws(guide, settings, generator)
+    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices, stacked=True)
     placeholder = torch.empty(len(indices), 0, device=device)  # the optimizers take n from it; the model's args hold x
     factor = None
     if seen or guide.can_infer_unseen:
-        with torch.no_grad(), guide.refinement_draws(torch.Generator(device).manual_seed(0)):
-            factor = guide.local_factor(indices, args, kwargs, thetas)
-    result, _ = measure_factors(log_joint, placeholder, thetas, factor, guide.structure.size, settings, generator,
+        with torch.no_grad():
+            factor = guide.local_factor(indices, args, kwargs, fit.at("guide"))
+    result, _ = measure_factors(log_joint, placeholder, fit, score, factor, guide.structure.size, settings,
                                 refine_steps)
     return result

@@ -21,7 +21,8 @@ from ..errors import AmortizedPyroError
 
 class LocalJoint:
     """``log_joint(x, u, theta)`` → [*lead, B] for flat unconstrained local values u [*lead, B, size] and
-    global values ``theta`` (site → tensor; a leading particle dimension of size 1 or prod(lead) allowed).
+    global values ``theta`` (site → tensor; a leading particle dimension of size 1 or prod(lead) allowed; or,
+    ``stacked``, the gap's M draws θ_m stacked [M, ...] with u [M, S, B, size]).
     ``x`` is not read (the model's own arguments carry the data): the gap's optimizers pass it along.
 
     :param model: the Pyro model.
@@ -29,15 +30,16 @@ class LocalJoint:
     :param tuple args: the model's arguments for this batch of datapoints.
     :param dict kwargs: its keyword arguments.
     :param indices: the plate's subsample indices for this batch (None: the model's own).
+    :param bool stacked: the global values come as the gap's stacked draws (see :meth:`_with_draws`).
     """
 
-    def __init__(self, model, structure, args, kwargs=None, indices=None):
+    def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False):
         if structure.stray_observations:
             raise AmortizedPyroError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
                                      "joint cannot be read off the trace (give the log joint by hand)"
                                      % (", ".join(map(repr, structure.stray_observations)), structure.plate))
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
-        self.indices = indices
+        self.indices, self.stacked = indices, stacked
 
     def __call__(self, x, u, theta):
         structure = self.structure
@@ -55,7 +57,7 @@ class LocalJoint:
                 value = constrained
             data[site.name] = value
         for name, value in theta.items():
-            data[name] = self._with_draws(name, value, draws)
+            data[name] = self._with_draws(name, value, lead)
         if self.indices is not None:
             data[structure.plate] = self.indices
         with poutine.block():
@@ -63,10 +65,18 @@ class LocalJoint:
         total = log_det + self._per_datapoint(trace, draws, batch)
         return total.reshape(lead + (batch,))
 
-    def _with_draws(self, name, value, draws):
-        """A global value, checked: a leading particle dimension must be 1 or the number of draws."""
+    def _with_draws(self, name, value, lead):
+        """A global value as the model's trace takes it for the local draws u [*lead, B, size]. ``stacked``:
+        ``value`` is [M, *θ's shape], the gap's M θ draws with u [M, S, B, size]; each θ_m is repeated for
+        its S z draws into Pyro's particle layout [M·S, 1…, *θ's shape]. Otherwise a leading particle
+        dimension of size 1 or prod(lead) is allowed, as SA-VI's particles carry."""
+        draws, nesting = math.prod(lead), self.structure.max_plate_nesting
+        if self.stacked:
+            own_batch = value.dim() - 1 - self.structure.globals[name]
+            value = value.repeat_interleave(draws // value.shape[0], 0)
+            return value.reshape((draws,) + (1,) * (nesting - own_batch) + tuple(value.shape[1:]))
         batch_dims = value.dim() - self.structure.globals[name]
-        if batch_dims > self.structure.max_plate_nesting and value.shape[0] not in (1, draws):
+        if batch_dims > nesting and value.shape[0] not in (1, draws):
             raise AmortizedPyroError("the global site %r carries %d particles against %d local draws: refine or "
                                      "measure one θ at a time" % (name, value.shape[0], draws))
         return value
