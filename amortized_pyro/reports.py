@@ -125,6 +125,12 @@ def format_reports(reports):
     lines.append("\nWith one seed, ± is the standard error over the images (θ draws, z draws and the trained run held "
                  "fixed); with several, over the seeds' image means. A guide without a factor for held-out images "
                  "(F-VI) has no L(guide) on test images (n/a).")
+    old = sum("score_draws" not in r for r in reports)
+    if old:
+        lines.append("%d of %d reports were measured by the old estimator, which scored L(guide) and L(q*) on the "
+                     "θ draws q* was fitted on: their amortization gaps read too high and their coupling gaps too "
+                     "low, by about the coupling gap / M; measure them again for fresh score draws."
+                     % (old, len(reports)))
     if any("coupling_gap" not in r for r in reports):
         lines.append("Reports without a coupling gap or AIS (n/a) were measured by an earlier version, whose "
                      "approximation gap holds both the coupling and the approximation gap.")

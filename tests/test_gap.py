@@ -21,6 +21,7 @@ from amortized_pyro.guides import make_guide
 from amortized_pyro.local_elbo import converge, local_elbo, log_weights, per_draw
 from amortized_pyro.model import BayesianDecoderModel
 from amortized_pyro.gap_plots import gap_figure
+from amortized_pyro.reports import format_reports
 
 from conftest import legend_clear_of, tiny_finished_run
 
@@ -222,6 +223,9 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert table.count(" † |") == 2 and "2 of 2 rows hold q* optimizations stopped at their step cap" in table
     assert "q* capped for 10 of 10 images" in table and "earlier version" not in table
     reports = [json.loads((folder / ("%s.json" % split)).read_text()) for split in ("train", "test")]
+    assert "old estimator" not in table and all(r["score_draws"] == 32 for r in reports)
+    old = [{k: v for k, v in r.items() if k != "score_draws"} for r in reports]  # as the old estimator wrote them
+    assert "2 of 2 reports were measured by the old estimator" in format_reports(old)
     left, right = gap_figure(reports, tmp_path / "again.png").axes
     assert "over images" in left.get_title() and "over images" in right.get_title()  # one training seed
     assert "over seeds" in gap_figure(reports * 2, tmp_path / "seeds.png").axes[0].get_title()  # two, alike
