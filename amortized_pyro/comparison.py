@@ -59,7 +59,7 @@ def plan(job, overwrite):
                                  % (job.run_dir, difference))
 
 
-COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=3000)
+COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=1500)
 COMPARE_REFINE = (0,) + REFINE_COLUMNS
 WIDTHS = (1, 64, 128, 256)
 N_IMAGES = 5  # reconstructions shown per configuration

@@ -7,8 +7,8 @@ With q(θ) trained and frozen, for one image x_n and a Gaussian factor q(z_n) (:
     q*_n       = the best Gaussian factor for x_n under q(θ): Adam on the mean of L_n(q; θ_m) over M
                  *fitting* draws θ_1..θ_M ~ q(θ) (``theta_draws``), from the guide's factor (from the prior
                  where the guide has none for x_n), per image until its windowed stopping rule (Cremer et
-                 al.: windows of 100 steps, patience 10), best iterate, learning rate halved on plateaus, or
-                 a cap
+                 al.: windows of 100 steps, patience 10), best window's average iterate, learning rate
+                 halved on plateaus, or a cap
     q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule;
                  the M optimizations run as one batched program, each with its own schedule and stopping)
     log p(x_n) := mean_m log p(x_n | θ_m); each log p(x_n | θ_m) by the importance-weighted bound with K
@@ -35,8 +35,9 @@ out. Standard errors are over the images only: the θ draws, the z draws and the
 held fixed (errors over seeds and images together: :mod:`amortized_pyro.results`). A q* stopped at the cap
 makes the image's amortization gap a lower bound and its coupling gap an upper bound; a q*_m stopped at the
 cap, its coupling gap a lower bound and its approximation gap an upper bound; the report counts both.
-Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many of
-q*'s Adam steps (on the fitting draws) from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
+Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many Adam
+steps (on the fitting draws, at ``refine_lr``) from the guide's factor and records the gap left, L_n(q*) −
+L_n(q_k).
 
 Every random draw has an explicit key (:mod:`amortized_pyro.draws`): the numbers are the same whether the
 draws are batched or taken one at a time (``chunk``).
@@ -69,11 +70,13 @@ class GapSettings(Checked):
                               "(with --theta sample).", low=1)
     theta: str = option("sample", "sample: draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
     samples: int = option(100, "z draws per image and θ draw for each local ELBO.", low=1)
-    lr: float = option(1e-2, "Adam's learning rate for q* and refinement.", low=0, open_low=True)
+    lr: float = option(5e-2, "Adam's first learning rate for q* and the q*_m (halved on plateaus).", low=0,
+                       open_low=True)
+    refine_lr: float = option(1e-2, "Adam's learning rate of the refinement rows' steps.", low=0, open_low=True)
     step_samples: int = option(8, "z draws per image (and θ draw) in each optimization step.", low=1)
     window: int = option(100, "Stopping rule for q*: windows of this many steps ...", low=1)
     patience: int = option(10, "... stop after this many windows without improvement ...", low=1)
-    max_steps: int = option(5000, "... or after this many steps.", low=1)
+    max_steps: int = option(2000, "... or after this many steps.", low=1)
     decay_patience: int = option(2, "Halve the learning rate when the total over the images has not improved "
                                  "for this many windows.", low=1)
     ais_steps: int = option(200, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
@@ -161,7 +164,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         if k:
-            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.lr, k,
+            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.refine_lr, k,
                                         settings.step_samples, chunk=chunk)
             left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_log_scale.exp(), scored, samples, chunk)
         else:  # the guide's own factor: its gap is the amortization gap, the same estimate

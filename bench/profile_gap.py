@@ -8,7 +8,7 @@ The phases are timed by wrapping :mod:`amortized_pyro.gap`'s calls of ``converge
 second the q*_m of every draw at once), ``local_elbo``, ``per_draw`` (L(q*_m; θ_m) and IWAE),
 ``ais_log_marginal`` (AIS) and ``refine``, with
 the measurement otherwise as ``measure_run`` runs it (compare's settings: M = 4, K = 1,000, AIS 200 steps,
-q* capped at 3,000 steps, refinement rows 0 / 5 / 20 / 100). "torch operators" is cProfile's own time in
+q* capped at 1,500 steps since the averaged iterate, 3,000 before; refinement rows 0 / 5 / 20 / 100). "torch operators" is cProfile's own time in
 built-in functions and methods (torch's C++ operators, their dispatch included); "Python" is the own time
 of every Python function (the optimizers' loops, Pyro-free here, tensor bookkeeping). cProfile's hooks slow
 Python code, so the Python share is an upper bound; the wall time without the profiler is printed too.

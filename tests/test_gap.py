@@ -18,7 +18,7 @@ from amortized_pyro.fitting import fit
 from amortized_pyro.draws import Draws
 from amortized_pyro.gap import GapSettings, measure
 from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import converge, local_elbo, log_weights, per_draw
+from amortized_pyro.local_elbo import converge, local_elbo, log_weights, per_draw, refine
 from amortized_pyro.model import BayesianDecoderModel
 from amortized_pyro.gap_plots import gap_figure
 from amortized_pyro.reports import format_reports
@@ -263,3 +263,19 @@ def test_gap_report_gathers_reports_into_a_table_and_a_figure(finished_run, tmp_
     assert result.exit_code == 0, result.output
     in_run = CliRunner().invoke(cli, ["gap-report", str(finished_run)])
     assert in_run.exit_code == 0 and "| A-VI k=4 | test | 1 | 3 |" in in_run.output
+
+
+def test_q_star_is_its_best_windows_average_iterate(linear):
+    """At a large learning rate with one z draw per step the iterates jitter around the optimum; the average of
+    a window's iterates (what converge keeps) sits much closer to it than any one iterate does."""
+    rule = GapSettings(window=100, patience=3, max_steps=600, decay_patience=100).rule()  # no halving: jitter stays
+    start = (torch.zeros(N, Z), torch.zeros(N, Z))
+    best = converge(linear.model.local_log_joint, linear.x, *start, linear.thetas[0], 0.1, rule, 1,
+                    torch.Generator().manual_seed(3))
+    optimum = kl_to_posterior(linear, *linear.optimum())
+    excess = kl_to_posterior(linear, best.loc, best.log_scale.exp()) - optimum
+    # the last iterates of the same optimization, for comparison: what keeping one iterate would have given
+    last = refine(linear.model.local_log_joint, linear.x, *start, linear.thetas[0], 0.1, 600, 1,
+                  torch.Generator().manual_seed(3))
+    last_excess = kl_to_posterior(linear, last[0], last[1].exp()) - optimum
+    assert excess.mean() < 0.3 * last_excess.mean()  # 0.015 against 0.166 nats: seen failing with the last iterate
