@@ -31,21 +31,25 @@ def sigmoid_schedule(steps, sharpness=4.0):
     return ((s - s[0]) / (s[-1] - s[0])).tolist()
 
 
-def ais_log_marginal(log_joint, x, loc, scale, draws, steps, chains, leapfrog, chunk=CHUNK):
+def ais_log_marginal(log_joint, x, loc, scale, draws, steps, chains, leapfrog, chunk=CHUNK, bar=None):
     """log p̂(x_n | θ_m) [M, n] for every draw θ_m of ``draws`` (:class:`~amortized_pyro.draws.Draws`) by AIS
     from N(loc, scale²) ([n, size], or [M, n, size]: one proposal per draw) with ``steps`` annealing steps of
     one HMC transition (``leapfrog`` integrator steps) and ``chains`` chains per image and draw, the draws
-    in spans of at most ``chunk`` rows (the same numbers whatever the chunk)."""
+    in spans of at most ``chunk`` rows (the same numbers whatever the chunk). ``bar``: a tqdm progress bar,
+    advanced by every annealing step."""
     n = loc.shape[-2]
     out = []
-    for start, stop in draws.chunks(chains * n, chunk):
+    spans = draws.chunks(chains * n, chunk)
+    if bar is not None:
+        bar.reset(total=steps * len(spans))
+    for start, stop in spans:
         log_w = ais_log_weights(log_joint, x, draw_rows(loc, start, stop), draw_rows(scale, start, stop),
-                                draws.part(start, stop), steps, chains, leapfrog)
+                                draws.part(start, stop), steps, chains, leapfrog, bar)
         out.append(torch.logsumexp(log_w, 1) - math.log(chains))
     return torch.cat(out)
 
 
-def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog):
+def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog, bar=None):
     """The chains' final log weights [M, chains, n] (see :func:`ais_log_marginal`), every draw of chain and
     momentum from the draw's own generator."""
     generators = draws.generators()
@@ -66,6 +70,8 @@ def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog):
             z, accepted = hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, generators)
             rate = accepted.to(z.dtype).mean(1, keepdim=True).unsqueeze(-1)  # per draw and image, over its chains
             step_size = step_size * torch.where(rate > TARGET_ACCEPT, 1.02, 0.98)
+            if bar is not None:
+                bar.update()
     return log_w
 
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .comparison import WIDTHS, compare
+from .comparison import COMPARE_GAP, WIDTHS, compare
 from .config import FitConfig, check_values
-from .cli_common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log
+from .cli_common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log, threads_option
 from .errors import AmortizedPyroError, FixedSettings, Interrupted
 from .fitting import RESUMABLE_CHANGES, fit, prepare_data, resume
+from .gap import GapSettings
 from .gap_cli import GAP_COMMANDS
 from .guides import ENCODER_GUIDES, GUIDES
 from .packs import fit_replicas, is_pack, resume_pack
@@ -59,6 +60,7 @@ def cli(debug):
               help="Train seeds --seed … --seed+R−1 as one batched model (a replica dimension on every parameter "
                    "and draw), each exactly the run of its seed, on the images of --seed, into OUT/seedS.")
 @overwrite_option
+@threads_option
 @friendly_errors
 def fit_command(out, resume_dir, replicas, overwrite, **options):
     """Train one guide with SVI and write config, per-epoch metrics, checkpoints, parameters and a summary
@@ -158,16 +160,19 @@ def plateau_fraction_option(command):
               help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
 @click.option("--gap-images", default=0, show_default=True, type=click.IntRange(min=0),
               help="After training, measure the gaps of every run (each seed) on this many training and test images "
-                   "(M 4, K 1000, AIS 200 steps, q* up to 3,000 steps, refinement 0/5/20/100 steps; as the gap "
-                   "command); the tables give the mean over seeds ± its standard error; 0 = not.")
+                   "(as the gap command, with the --gap-* settings; refinement 0/5/20/100 steps); the tables give "
+                   "the mean over seeds ± its standard error; 0 = not.")
+@settings_options(GapSettings, progress=False, prefix="gap_", defaults=COMPARE_GAP)
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
               help="Train each configuration's seeds this many at a time as one batched model (local executor): "
                    "each replica is exactly the run of its seed, so the runs and the tables are the same.")
+@threads_option
 @friendly_errors
 def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_fraction, out, overwrite, allow_sample,
                     executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, replicas,
                     **options):
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
+    gap_settings = GapSettings(**{f.name: options.pop("gap_" + f.name) for f in fields(GapSettings)})
     settings, extra = split_config(options)
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
                        retries=ray_retries)
@@ -175,7 +180,8 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
     try:
         results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
-                          executor=executor, ray_options=ray_options, gap_images=gap_images, replicas=replicas,
+                          executor=executor, ray_options=ray_options, gap_images=gap_images, gap_settings=gap_settings,
+                          replicas=replicas,
                           **settings)
     except Interrupted as e:
         stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again to "
@@ -191,6 +197,7 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the figures (default: the folder holding RESULTS).")
 @plateau_fraction_option
+@threads_option
 @friendly_errors
 def plot_command(results_file, out, plateau_fraction):
     """Redraw every figure (and summary.md) from a saved results.jsonl alone."""

@@ -5,12 +5,14 @@ import os
 import sys
 
 import click
+import torch
 
 from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, RunExists
 from .options import option_name
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
+THREADS_ENV = "AMORTIZED_PYRO_THREADS"
 
 
 def debugging():
@@ -87,3 +89,16 @@ def whole_numbers(low, required=False):
 
 
 step_counts = whole_numbers(0)  # --refine-steps
+
+
+def threads_option(command):
+    """``--threads N`` (or AMORTIZED_PYRO_THREADS): torch's CPU threads for this command, default 1. On this
+    project's 2-core machine one thread lost little on an idle machine and two threads per job were many times
+    slower as soon as a second job ran beside them (bench/threads.sh, BENCHMARKS.md)."""
+    def apply(ctx, param, value):
+        torch.set_num_threads(value)
+        return value
+    return click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, envvar=THREADS_ENV,
+                        expose_value=False, callback=apply,
+                        help="CPU threads of torch (also %s). More than 1 pays only on an otherwise idle machine "
+                             "(README: Speed)." % THREADS_ENV)(command)

@@ -253,7 +253,8 @@ def finished_run(run_dir, device="cpu", log=print):
     return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
 
 
-def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print):
+def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
+                progress=False):
     """:func:`amortized_pyro.gap.measure` on the first ``n_images`` of a finished run's training or test
     images; the report names the run, the split and the settings (see the ``gap`` command)."""
     result, data = finished_run(run_dir, device, log)
@@ -262,7 +263,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
         raise AmortizedPyroError("the run has no %s images" % split)
     x = images[:n_images]
     idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
-    report = measure(result.model, result.guide, x, idx, settings, refine_steps)
+    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress)
     c = result.config
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
                 guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,

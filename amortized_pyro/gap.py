@@ -46,6 +46,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 import pyro
 
@@ -115,16 +116,18 @@ def summarize(values):
 
 
 @pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
-def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
+def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False):
     """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
     factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
-    per-image values; the guide's quantities are None where it has no factor for these images."""
+    per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
+    a progress bar per phase (q*, the q*_m, AIS) on stderr."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed)
     fit, score = (draws.with_values(model.with_gram(draws.values, x))
                   for draws in global_draws(guide, settings, generator))
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
-    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps)
+    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
+                                   progress)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         plugin = model.observation_mean(decode(best.loc, theta))
@@ -132,20 +135,25 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=()):
     return result
 
 
-def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=()):
+def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local_elbo`), ``fit`` and
     ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
-    [n, size] or None (then q* starts from N(0, I)). Returns (the result dict, q*'s
-    :class:`~amortized_pyro.local_elbo.Optimum`)."""
+    [n, size] or None (then q* starts from N(0, I)); ``progress``: a progress bar per phase. Returns (the
+    result dict, q*'s :class:`~amortized_pyro.local_elbo.Optimum`)."""
     rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
     n = x.shape[0]
     start = factor if factor is not None else (torch.zeros(n, size, device=x.device),
                                                torch.ones(n, size, device=x.device))
-    best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
-                    settings.step_samples, chunk=chunk)
-    per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
-                         settings.step_samples, per_draw=True, chunk=chunk)
+    def bar(phase):
+        return tqdm(desc="gap: %s (%d images)" % (phase, n), unit="step", disable=not progress, leave=False)
+
+    with bar("q*") as q_bar:
+        best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
+                        settings.step_samples, chunk=chunk, bar=q_bar)
+    with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
+        per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
+                             settings.step_samples, per_draw=True, chunk=chunk, bar=q_m_bar)
     scored = score.at("score")
     elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
@@ -153,8 +161,9 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk).mean(0)
     log_px_ais = None
     if settings.ais_steps:
-        log_px_ais = ais_log_marginal(log_joint, x, *q_m, fit.at("ais"), settings.ais_steps, settings.ais_chains,
-                                      settings.leapfrog, chunk).mean(0)
+        with bar("AIS") as ais_bar:
+            log_px_ais = ais_log_marginal(log_joint, x, *q_m, fit.at("ais"), settings.ais_steps, settings.ais_chains,
+                                          settings.leapfrog, chunk, ais_bar).mean(0)
     elbo_guide = local_elbo(log_joint, x, *start, scored, samples, chunk) if factor is not None else None
     per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
                  "log_px": log_px, "log_px_ais": log_px_ais,

@@ -8,7 +8,7 @@ import click
 
 from .autoguides.capacity import EncoderTraining
 from .capacity import sweep
-from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts, whole_numbers
+from .cli_common import friendly_errors, overwrite_option, stderr_log, step_counts, threads_option, whole_numbers
 from .errors import AmortizedPyroError
 from .fitting import finished_run, measure_run
 from .gap import GapSettings
@@ -24,15 +24,16 @@ from .runs import atomic_write, read_info
               help="Measure on the run's training images or its held-out ones.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The first N images of the split.")
-@settings_options(GapSettings, progress=False)
+@settings_options(GapSettings)
 @click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
               "0,5,20,100: the gap left after that many steps from the guide's factor.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="Where to write the results (default: RUN_DIR/gap.json).")
 @overwrite_option
+@threads_option
 @friendly_errors
-def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, **settings):
+def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, progress, **settings):
     """Measure the amortization, coupling and approximation gaps of a finished run, per image, with standard
     errors: L_n(guide), L_n(q*), the best factor per θ draw, log p(x_n) by IWAE and by AIS, and their
     differences (they add up to log p(x_n) − L_n(guide))."""
@@ -40,7 +41,7 @@ def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwr
     out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
     if out_file.exists() and not overwrite:
         raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
-    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log)
+    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log, progress)
     out_file.write_text(json.dumps(report, indent=1) + "\n")
     click.echo(format_gap(report))
     click.echo("wrote %s" % out_file)
@@ -48,6 +49,7 @@ def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwr
 
 @click.command("gap-report")
 @click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
+@threads_option
 @friendly_errors
 def gap_report_command(folder):
     """Gather the gap reports in FOLDER (the .json files `gap` writes, e.g. a run directory's gap.json, or a
@@ -79,6 +81,7 @@ def gap_report_command(folder):
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
                    "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")
 @overwrite_option
+@threads_option
 @friendly_errors
 def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, **settings):
     """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×

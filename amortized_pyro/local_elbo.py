@@ -196,24 +196,31 @@ def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=No
     return (loc, log_scale) if graph else (loc.detach(), log_scale.detach())
 
 
-def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None, per_draw=False, chunk=CHUNK):
+def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None, per_draw=False, chunk=CHUNK,
+             bar=None):
     """Adam on Σ_n L_n from (loc, log σ) [n, size] until every image has stopped by ``rule`` (a
     :class:`StoppingRule`) or the cap; every image is optimized until the last stops, each keeps its own
     best iterate. ``per_draw`` (``theta`` Draws): one factor per draw θ_m on L_n(q; θ_m) alone (the gap's
     q*_m), all at once in spans of draws that fit the chunk, each with its own optimizer, learning-rate
     schedule and stopping per image; the Optimum's tensors then lead with the draws ([M, n, …]). One host
-    sync per window. Returns an :class:`Optimum`."""
+    sync per window. ``bar``: a tqdm progress bar, advanced by the steps of every window. Returns an
+    :class:`Optimum`."""
     if not per_draw:
-        best = _converge(log_joint, x, [_leaves(loc, log_scale)], theta, lr, rule, draws, generator, chunk)
+        if bar is not None:
+            bar.reset(total=rule.max_steps)
+        best = _converge(log_joint, x, [_leaves(loc, log_scale)], theta, lr, rule, draws, generator, chunk, bar)
         return Optimum(best.loc[0], best.log_scale[0], best.steps[0], best.capped[0])
     n = loc.shape[-2]
+    chunks = theta.chunks(draws * n, chunk)
+    if bar is not None:
+        bar.reset(total=rule.max_steps * len(chunks))
     spans = [_converge(log_joint, x, [_leaves(loc, log_scale) for _ in range(stop - start)],
-                       theta.part(start, stop), lr, rule, draws, None, chunk)
-             for start, stop in theta.chunks(draws * n, chunk)]
+                       theta.part(start, stop), lr, rule, draws, None, chunk, bar)
+             for start, stop in chunks]
     return Optimum(*(torch.cat([getattr(s, f) for s in spans]) for f in ("loc", "log_scale", "steps", "capped")))
 
 
-def _converge(log_joint, x, leaves, theta, lr, rule, draws, generator, chunk):
+def _converge(log_joint, x, leaves, theta, lr, rule, draws, generator, chunk, bar=None):
     """:func:`converge` for the pairs ``leaves``: an Optimum with a leading dimension, one row per pair."""
     shape = (len(leaves), leaves[0][0].shape[0])
     like = leaves[0][0]
@@ -251,6 +258,8 @@ def _converge(log_joint, x, leaves, theta, lr, rule, draws, generator, chunk):
         totals = torch.cat([mean.sum(-1), running.sum().to(mean.dtype)[None]]).tolist()  # the window's one sync
         for decay, total in zip(decays, totals[:-1]):
             decay.step(total)
+        if bar is not None:
+            bar.update(rule.window if totals[-1] else rule.max_steps - step + rule.window)
         if not totals[-1]:
             break
     return Optimum(best_loc, best_log_scale, steps, running)

@@ -39,12 +39,16 @@ def option_name(name):
     return "--" + name.replace("_", "-")
 
 
-def field_option(f):
-    """The click option of one settings field: its type, range or choices, default and help."""
+def field_option(f, prefix="", default=None):
+    """The click option of one settings field: its type, range or choices, default (the field's, or
+    ``default``'s value of it: a settings instance) and help; ``prefix`` before its name (``gap_`` →
+    ``--gap-lr``, keyword ``gap_lr``)."""
     m = f.metadata
+    value = f.default if default is None else getattr(default, f.name)
     if f.type is bool:
         name = f.name.replace("_", "-")
-        return click.option("--%s/--no-%s" % (name, name), f.name, default=f.default, show_default=True,
+        name = prefix.replace("_", "-") + name
+        return click.option("--%s/--no-%s" % (name, name), prefix + f.name, default=value, show_default=True,
                             help=m["help"])
     if m["choices"]:
         kind = click.Choice(m["choices"])
@@ -56,14 +60,15 @@ def field_option(f):
         kind = FiniteFloat(min=m["low"], max=m["high"], min_open=m["open_low"], max_open=m["open_high"])
     else:
         kind = str
-    return click.option(option_name(f.name), f.name, type=kind, default=f.default, show_default=True,
+    return click.option(option_name(prefix + f.name), prefix + f.name, type=kind, default=value, show_default=True,
                         help=m["help"])
 
 
-def settings_options(settings, grid=True, progress=True):
+def settings_options(settings, grid=True, progress=True, prefix="", defaults=None):
     """Decorator adding an option per field of the dataclass ``settings``: every field (``grid=True``) or
-    all but those that ``compare`` takes as lists; and ``--progress/--no-progress`` where ``progress``."""
-    options = [field_option(f) for f in fields(settings) if grid or not f.metadata["grid"]]
+    all but those that ``compare`` takes as lists; and ``--progress/--no-progress`` where ``progress``.
+    ``prefix`` and ``defaults`` (an instance of ``settings``): as :func:`field_option`'s."""
+    options = [field_option(f, prefix, defaults) for f in fields(settings) if grid or not f.metadata["grid"]]
     if progress:
         options.append(click.option("--progress/--no-progress", default=True, show_default=True,
                                     help="Show a progress bar."))

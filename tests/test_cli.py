@@ -27,6 +27,20 @@ def test_help_explains_every_option():
         assert option in result.output
 
 
+def test_every_command_sets_torchs_threads(monkeypatch):
+    """--threads (default 1, or AMORTIZED_PYRO_THREADS) sets torch's threads before the command runs."""
+    assert all("threads" in [p.name for p in command.params] for command in cli.commands.values())
+    before = torch.get_num_threads()
+    try:
+        assert run("plot", "--threads", "3", "no-such-results.json").exit_code == 1 and torch.get_num_threads() == 3
+        monkeypatch.setenv("AMORTIZED_PYRO_THREADS", "2")
+        assert run("plot", "no-such-results.json").exit_code == 1 and torch.get_num_threads() == 2
+        monkeypatch.delenv("AMORTIZED_PYRO_THREADS")
+        assert run("plot", "no-such-results.json").exit_code == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("guide", ["amortized", "per-datapoint", "shared"])
 def test_fit_writes_all_outputs(tmp_path, guide):
     result = run("fit", "--guide", guide, "--width", "8", "--out", str(tmp_path), *FAST)
@@ -61,7 +75,7 @@ def one_error_line(result, code=1):
 
 @pytest.mark.parametrize("args", [["--guide", "nope"], ["--width", "0"], ["--width", "-5"], ["--epochs", "0"],
                                   ["--lr", "0"], ["--lr", "nan"], ["--obs-scale", "inf"], ["--likelihood", "poisson"],
-                                  ["--beta2", "1"], ["--config", "missing.toml"]])
+                                  ["--beta2", "1"], ["--config", "missing.toml"], ["--threads", "0"]])
 def test_usage_errors_exit_2(args):
     one_error_line(run("fit", *args), code=2)
 
