@@ -19,7 +19,7 @@ from .config import FitConfig, parse_every
 from .data import load_data
 from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
-from .gap import measure
+from .gap import GapSettings, measure
 from .guides import config_label, make_guide
 from .model import BayesianDecoderModel
 from .process import resolve_device
@@ -253,18 +253,30 @@ def finished_run(run_dir, device="cpu", log=print):
     return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
 
 
+def gap_images(settings, run_seed, split_size, n_images):
+    """(the gap seed, the indices of ``n_images`` of a split's ``split_size`` images drawn without replacement
+    by it): the gap seed is ``settings.seed`` plus the run's training seed, or ``settings.seed`` alone where
+    ``settings.paired`` (every run then measured on the same images and draws)."""
+    gap_seed = settings.seed + (0 if settings.paired else run_seed)
+    return gap_seed, torch.randperm(split_size, generator=torch.Generator().manual_seed(gap_seed))[:n_images]
+
+
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
                 progress=False):
-    """:func:`amortized_pyro.gap.measure` on the first ``n_images`` of a finished run's training or test
-    images; the report names the run, the split and the settings (see the ``gap`` command)."""
+    """:func:`amortized_pyro.gap.measure` on ``n_images`` of a finished run's training or test images, drawn
+    at random (without replacement) by the gap seed: ``settings.seed`` plus the run's training seed, or
+    ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
+    the gap seed and the images' indices (see the ``gap`` command)."""
+    settings = (settings or GapSettings()).check()
     result, data = finished_run(run_dir, device, log)
     images = data.train if split == "train" else data.test
     if images.shape[0] == 0:
         raise AmortizedPyroError("the run has no %s images" % split)
-    x = images[:n_images]
-    idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
-    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress)
     c = result.config
+    gap_seed, chosen = gap_images(settings, c.seed, images.shape[0], n_images)
+    x = images[chosen.to(images.device)]
+    idx = chosen.to(x.device) if split == "train" else None
+    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed)
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
                 guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,
-                n_images=x.shape[0], **report)
+                n_images=x.shape[0], gap_seed=gap_seed, images=chosen.tolist(), **report)

@@ -85,7 +85,11 @@ class GapSettings(Checked):
     leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
     chunk: int = option(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
                         "depends on it.", low=1)
-    seed: int = option(0, "Seeds every draw of the evaluation.")
+    seed: int = option(0, "Seeds the images and every draw of the evaluation: with a run's training seed added "
+                       "unless --paired.")
+    paired: bool = option(False, "Measure every run on the images and draws of --seed alone, whatever its training "
+                          "seed: right for comparing runs image by image; otherwise runs of different seeds get "
+                          "different images and draws, and errors over seeds cover the images too.")
 
     def rule(self):
         return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience)
@@ -116,13 +120,14 @@ def summarize(values):
 
 
 @pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
-def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False):
+def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None):
     """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
     factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
     per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
-    a progress bar per phase (q*, the q*_m, AIS) on stderr."""
+    a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
+    ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
-    generator = torch.Generator(x.device).manual_seed(settings.seed)
+    generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
     fit, score = (draws.with_values(model.with_gram(draws.values, x))
                   for draws in global_draws(guide, settings, generator))
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws

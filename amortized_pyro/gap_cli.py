@@ -23,7 +23,7 @@ from .runs import atomic_write, read_info
 @click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
               help="Measure on the run's training images or its held-out ones.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
-              help="The first N images of the split.")
+              help="N images of the split, drawn at random by the gap seed (--seed, plus the run's training seed unless --paired).")
 @settings_options(GapSettings)
 @click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
               "0,5,20,100: the gap left after that many steps from the guide's factor.")

@@ -9,7 +9,7 @@ import numpy as np
 
 from .figure_style import FAMILY_COLORS, configuration_colors, legend_outside, plt, save_figure
 from .guides import ENCODER_GUIDES, display_order
-from .results import over_seeds, seed_groups
+from .pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 
 
 def gap_figure(reports, path):
@@ -17,13 +17,13 @@ def gap_figure(reports, path):
     constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
     images), per configuration. A colour per family (left) or configuration (right), a line style per split
     (train solid, test dashed): no two lines look alike. Several training seeds of a configuration: their mean
-    ± the standard error over seeds."""
+    ± the standard error over seeds and images (:func:`~amortized_pyro.pooling.pooled`)."""
     groups = seed_groups(reports)
-    spread = ("mean over training seeds ± s.e. over seeds" if max(map(len, groups.values()), default=1) > 1
+    spread = ("mean over training seeds ± s.e. over seeds and images" if max(map(len, groups.values()), default=1) > 1
               else "mean ± s.e. over images")
-    one = {key: dict(group[0], amortization_gap=over_seeds([r["amortization_gap"] for r in group]),
-                     refinement=[dict(row, gap_left=over_seeds([r["refinement"][i]["gap_left"] for r in group]))
-                                 for i, row in enumerate(group[0]["refinement"])])
+    one = {key: dict(group[0], amortization_gap=gap_over_seeds(group, "amortization_gap"),
+                     refinement=[dict(row, gap_left=refinement_over_seeds(group, row["steps"]))
+                                 for row in group[0]["refinement"]])
            for key, group in groups.items()}
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
     split_styles = {"train": "-", "test": "--"}

@@ -4,7 +4,8 @@ import math
 
 from .evaluation import MSE_KEYS
 from .guides import FAMILIES, display_order
-from .results import PLATEAU_FRACTION, over_seeds, seed_groups
+from .pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
+from .results import PLATEAU_FRACTION
 
 REFINE_COLUMNS = (5, 20, 100)  # refinement steps shown in gap tables (compare measures these and 0)
 GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "log_px_ais", "amortization_gap",
@@ -98,21 +99,25 @@ def format_gap(report):
 def format_reports(reports):
     """Gap reports as one Markdown table, a row per configuration and split, nats per image: with one
     training seed, mean ± standard error over its images; with several, the mean over seeds of the image
-    means ± the standard error over seeds (images within each seed)."""
+    means ± the standard error over seeds and images together (:func:`~amortized_pyro.pooling.pooled`);
+    the amortization gap's median and 90th percentile beside it."""
     lines = ["| configuration | split | seeds | images | L(guide) | L(q*) | log p(x) IWAE | log p(x) AIS "
-             "| amortization gap | coupling gap | approximation gap | gap left after %s refinement steps "
-             "| plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)), "|---" * 13 + "|"]
+             "| amortization gap | its median / 90th percentile | coupling gap | approximation gap "
+             "| gap left after %s refinement steps | plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)),
+             "|---" * 14 + "|"]
     groups = seed_groups(reports)
     capped = 0
     for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]), item[0][1] != "train")):
         mark = " †" if any(hit_cap(r) for r in group) else ""
         capped += bool(mark)
-        row = {name: over_seeds([r.get(name) for r in group]) for name in GAP_QUANTITIES}
-        refined = {k: over_seeds([{row["steps"]: row["gap_left"] for row in r["refinement"]}.get(k) if r["elbo_guide"]
-                                  else None for r in group]) for k in REFINE_COLUMNS}
-        lines.append("| %s | %s | %d | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %.4f |" % (
+        row = {name: gap_over_seeds(group, name) for name in GAP_QUANTITIES}
+        refined = {k: refinement_over_seeds(group, k) for k in REFINE_COLUMNS}
+        amortization = row["amortization_gap"]
+        tail = "%.1f / %.1f" % (amortization["median"], amortization["q90"]) if amortization and "median" in amortization \
+            else "n/a"
+        lines.append("| %s | %s | %d | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %.4f |" % (
             label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), _pm(row["elbo_guide"]),
-            _pm(row["elbo_optimized"]), mark, _pm(row["log_px"]), _pm(row["log_px_ais"]), _pm(row["amortization_gap"]),
+            _pm(row["elbo_optimized"]), mark, _pm(row["log_px"]), _pm(row["log_px_ais"]), _pm(amortization), tail,
             _pm(row["coupling_gap"]), _pm(row["approximation_gap"]), " / ".join(_pm(refined[k]) for k in REFINE_COLUMNS),
             sum(r["optimized_plugin_mse"] for r in group) / len(group)))
     if capped:
@@ -123,8 +128,10 @@ def format_reports(reports):
                      "%d of %d (image, θ) pairs)." % (capped, len(groups), sum(r.get("capped", 0) for r in reports),
                                                      images, sum(r.get("capped_per_theta", 0) for r in reports), pairs))
     lines.append("\nWith one seed, ± is the standard error over the images (θ draws, z draws and the trained run held "
-                 "fixed); with several, over the seeds' image means. A guide without a factor for held-out images "
-                 "(F-VI) has no L(guide) on test images (n/a).")
+                 "fixed); with several, over seeds and images together (a random-effects reading: images nested in "
+                 "seeds where each seed had its own images, crossed where all had the same; amortized_pyro.pooling). "
+                 "Median and 90th percentile: over every (seed, image) value. A guide without a factor for held-out "
+                 "images (F-VI) has no L(guide) on test images (n/a).")
     old = sum("score_draws" not in r for r in reports)
     if old:
         lines.append("%d of %d reports were measured by the old estimator, which scored L(guide) and L(q*) on the "

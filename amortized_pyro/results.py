@@ -199,22 +199,3 @@ def leaves_plateau(rows, mean_image_mse, fraction=PLATEAU_FRACTION):
     """The first evaluated row whose train plug-in MSE is below ``fraction`` × the mean image's (the run
     has left the mean-image plateau there), or None."""
     return next((r for r in rows if r["train_plugin_mse"] < fraction * mean_image_mse), None)
-
-
-def seed_groups(reports):
-    """Gap reports grouped by configuration and split: {(label, split): [reports, one per training seed]}."""
-    groups = {}
-    for r in reports:
-        groups.setdefault((r["label"], r["split"]), []).append(r)
-    return groups
-
-
-def over_seeds(summaries):
-    """One seed's {"mean", "stderr"} as it is; several seeds' as the mean of their means ± the standard
-    error over seeds; None where any is missing."""
-    if any(s is None for s in summaries):
-        return None
-    if len(summaries) == 1:
-        return summaries[0]
-    means = [s["mean"] for s in summaries]
-    return {"mean": statistics.fmean(means), "stderr": statistics.stdev(means) / math.sqrt(len(means))}

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from amortized_pyro.guides import display_order  # noqa: E402
 from amortized_pyro.reports import format_reports  # noqa: E402
-from amortized_pyro.results import over_seeds, seed_groups  # noqa: E402
+from amortized_pyro.pooling import gap_over_seeds, seed_groups  # noqa: E402
 from amortized_pyro.runs import load_history, read_info  # noqa: E402
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
@@ -87,7 +87,7 @@ def figure(reports, path, title):
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=False)
     for ax, gap in zip(axes, GAPS):
         for offset, (split, color) in enumerate((("train", "tab:blue"), ("test", "tab:orange"))):
-            values = [over_seeds([r.get(gap) for r in groups.get((label, split), [])]) for label in labels]
+            values = [gap_over_seeds(groups[label, split], gap) if (label, split) in groups else None for label in labels]
             xs = [i + (offset - 0.5) * 0.35 for i in range(len(labels))]
             ax.bar(xs, [v["mean"] if v else 0 for v in values], width=0.35, color=color, label=split,
                    yerr=[v["stderr"] if v and not math.isnan(v["stderr"]) else 0 for v in values], capsize=3)
@@ -95,7 +95,7 @@ def figure(reports, path, title):
         ax.set(title=gap.replace("_", " ") + " (nats / image)")
         ax.axhline(0, color="black", linewidth=0.5)
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    fig.suptitle(title + ": mean over training seeds ± s.e. over seeds (one seed: over its images)")
+    fig.suptitle(title + ": mean over training seeds ± s.e. over seeds and images together (amortized_pyro.pooling)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -14,7 +14,7 @@ import pyro
 
 from amortized_pyro import model as model_module
 from amortized_pyro.cli import cli
-from amortized_pyro.fitting import fit
+from amortized_pyro.fitting import fit, gap_images
 from amortized_pyro.draws import Draws
 from amortized_pyro.gap import GapSettings, measure
 from amortized_pyro.guides import make_guide
@@ -187,6 +187,7 @@ def test_gap_command_writes_gap_json(finished_run):
     assert result.exit_code == 0, result.output
     report = json.loads((finished_run / "gap.json").read_text())
     assert (report["split"], report["n_images"]) == ("test", 10)
+    assert report["gap_seed"] == 0 and report["images"] == gap_images(GapSettings(), 0, 20, 10)[1].tolist()
     assert (report["settings"]["importance_samples"], report["settings"]["theta"]) == (50, "sample")
     for name in ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "log_px_ais", "amortization_gap",
                  "coupling_gap", "approximation_gap", "iwae_minus_ais"):
@@ -279,3 +280,13 @@ def test_q_star_is_its_best_windows_average_iterate(linear):
                   torch.Generator().manual_seed(3))
     last_excess = kl_to_posterior(linear, last[0], last[1].exp()) - optimum
     assert excess.mean() < 0.3 * last_excess.mean()  # 0.015 against 0.166 nats: seen failing with the last iterate
+
+
+def test_runs_of_different_seeds_get_different_images_unless_paired():
+    unpaired, paired = GapSettings(seed=7), GapSettings(seed=7, paired=True)
+    seeds = [gap_images(unpaired, run_seed, 500, 100) for run_seed in (0, 1, 2)]
+    assert [s for s, _ in seeds] == [7, 8, 9]
+    assert all(len(set(images.tolist())) == 100 and images.max() < 500 for _, images in seeds)  # without replacement
+    assert len({tuple(images.tolist()) for _, images in seeds}) == 3
+    same = [gap_images(paired, run_seed, 500, 100) for run_seed in (0, 1, 2)]
+    assert len({(s, tuple(images.tolist())) for s, images in same}) == 1 and same[0][0] == 7
