@@ -80,7 +80,7 @@ class GapSettings(Checked):
     max_steps: int = option(2000, "... or after this many steps.", low=1)
     decay_patience: int = option(2, "Halve the learning rate when the total over the images has not improved "
                                  "for this many windows.", low=1)
-    ais_steps: int = option(200, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
+    ais_steps: int = option(1000, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
     ais_chains: int = option(8, "AIS chains per image and θ draw.", low=1)
     leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
     chunk: int = option(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
