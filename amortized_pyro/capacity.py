@@ -49,11 +49,13 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
     return (guide,) + until_converged(epoch, optimizer, training, x.shape[0])
 
 
-def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None):
+def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None,
+          progress=False):
     """For every width × depth × seed, a fresh encoder trained on ``result``'s frozen q(θ)
     (:func:`train_encoder`) and its gaps on the first ``n_images`` training and test images: a list of rows
     (one per encoder and split) holding the encoder, its training, and the gap report. Encoders with rows
-    in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from)."""
+    in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from);
+    ``progress``: the gap's progress bars."""
     model, q_theta = result.model, result.guide.q_theta
     slope = result.config.encoder_slope
     rows = list(done)
@@ -70,7 +72,7 @@ def sweep(result, data, widths, depths, seeds, n_images, training, settings, log
                 for split, images in (("train", data.train), ("test", data.test)):
                     x = images[:n_images]
                     idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
-                    report = measure(model, guide, x, idx, settings)
+                    report = measure(model, guide, x, idx, settings, progress=progress)
                     report.pop("per_image")
                     rows.append(dict(width=width, depth=depth, seed=seed, split=split, n_images=x.shape[0],
                                      label=label("amortized", width), epochs=epochs, encoder_capped=capped,

@@ -75,7 +75,7 @@ def gap_report_command(folder):
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The gaps on the first N training and N test images.")
 @settings_options(EncoderTraining, progress=False)
-@settings_options(GapSettings, progress=False)
+@settings_options(GapSettings)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
@@ -83,7 +83,7 @@ def gap_report_command(folder):
 @overwrite_option
 @threads_option
 @friendly_errors
-def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, **settings):
+def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, progress, **settings):
     """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
     seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
     images: does capacity close the gap when the decoder is fixed?"""
@@ -107,7 +107,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
         atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
     rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log,
-                 done, save)
+                 done, save, progress)
     table = format_capacity(rows)
     (out / "capacity.md").write_text(table + "\n")
     from .gap_plots import capacity_figure

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does compare's cap on q* (3,000 Adam steps, COMPARE_GAP) bias the gaps? The gap of two study runs measured
+# Does compare's cap on q* (COMPARE_GAP's max_steps: 3,000 Adam steps when this was run, 1,500 now) bias the gaps? The gap of two study runs measured
 # again as compare measured it (same settings and seed) but with a cap of 20,000 steps and no AIS, then the
 # paired per-image differences against the committed reports (experiments/cap_check.py). One torch thread,
 # about 15 minutes a report on this CPU. Needs runs/sa-vi-5 (experiments/sa-vi.sh), runs/gap-n-8000
