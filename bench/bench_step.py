@@ -5,6 +5,8 @@
 
 Methods, interleaved round by round on the same minibatches (absolute times drift; ratios within a run
 do not):
+  plain          a lean step in plain PyTorch as a user would write it (bench/plain_step.py: torch.distributions
+                 without validation, torch.optim.Adam with defaults): the yardstick
   handwritten    the test oracle's ELBO (tests/oracle.py) with the same reparameterized draws, one
                  torch.optim.Adam, plain PyTorch
   trace-elbo     Pyro's stock ``Trace_ELBO()(model, guide)`` module on the package's model and guide, the
@@ -12,7 +14,7 @@ do not):
                  log-density back to the host
   package        the package's step: DeviceTrace_ELBO's module + one foreach Adam (svi.step),
                  FixedScaleNormal likelihood and prior, no validation, no host sync
-Prints median ms per step, the ratio to handwritten, and peak memory per method (CUDA: the increase of
+Prints median ms per step, the package's ratio to plain and to handwritten, and peak memory per method (CUDA: the increase of
 ``torch.cuda.max_memory_allocated`` over the data; CPU: the process's peak RSS at the end).
 """
 import argparse
@@ -29,6 +31,7 @@ from pyro.infer import Trace_ELBO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
+from plain_step import PlainStep  # noqa: E402
 
 from amortized_pyro.data import load_data  # noqa: E402
 from amortized_pyro.autoguides.factors import Encoder, mlp  # noqa: E402
@@ -40,7 +43,7 @@ CONFIGS = {  # N, B, z_dim, H, encoder width
     "reference": dict(n_obs=10000, batch=1000, z_dim=64, hidden=256, width=128),
     "small": dict(n_obs=1000, batch=100, z_dim=16, hidden=64, width=32),
 }
-METHODS = ("handwritten", "trace-elbo", "package")
+METHODS = ("plain", "handwritten", "trace-elbo", "package")
 
 
 class HandwrittenStep:
@@ -110,9 +113,11 @@ def bench(guide, cfg_name, data, device, rounds, steps, lr):
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated() if device.type == "cuda" else 0
-        steppers[method] = (HandwrittenStep(guide, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"],
-                                            lr, device)
-                            if method == "handwritten" else pyro_step(method, guide, cfg, x_dim, lr, device))
+        if method in ("plain", "handwritten"):
+            kind = PlainStep if method == "plain" else HandwrittenStep
+            steppers[method] = kind(guide, cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"], cfg["width"], lr, device)
+        else:
+            steppers[method] = pyro_step(method, guide, cfg, x_dim, lr, device)
         for i in range(3):  # warm-up: optimizer state, allocator
             steppers[method](x_all[batches[i]], batches[i])
         sync(device)
@@ -149,14 +154,15 @@ def main():
     images = images.repeat(-(-10000 // len(images)), 1)[:10000].to(device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, %d threads" % torch.get_num_threads()
     print("# %s | torch %s | pyro %s | data %s" % (where, torch.__version__, pyro.__version__, args.dataset))
-    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | ratio to handwritten: package · trace-elbo |"
-          + (" peak MiB (handwritten / package) |" if device.type == "cuda" else ""))
-    print("|---" * (len(METHODS) + 3 + (device.type == "cuda")) + "|")
+    print("| config | guide | " + " | ".join("%s ms" % m for m in METHODS) + " | package ÷ plain | ratio to "
+          "handwritten: package · trace-elbo |" + (" peak MiB (handwritten / package) |" if device.type == "cuda" else ""))
+    print("|---" * (len(METHODS) + 4 + (device.type == "cuda")) + "|")
     for cfg_name in args.configs:
         for guide in args.guides:
             ms, peak = bench(guide, cfg_name, images, device, args.rounds, args.steps, 1e-3)
             row = "| %s | %s | " % (cfg_name, guide) + " | ".join("%.2f" % ms[m] for m in METHODS)
-            row += " | **%.2f×** · %.2f× |" % tuple(ms[m] / ms["handwritten"] for m in ("package", "trace-elbo"))
+            row += " | **%.3f** |" % (ms["package"] / ms["plain"])
+            row += " %.2f× · %.2f× |" % tuple(ms[m] / ms["handwritten"] for m in ("package", "trace-elbo"))
             if peak:
                 row += " %.0f / %.0f |" % (peak["handwritten"], peak["package"])
             print(row, flush=True)
