@@ -196,6 +196,7 @@ def test_gap_command_writes_gap_json(finished_run):
     assert report["refinement"][0]["gap_left"] == report["amortization_gap"]  # 0 steps: the same estimate
     assert report["hit_cap"] == (report["capped"] + report["capped_per_theta"] > 0)
     assert "IWAE − AIS" in result.output and "standard errors over images" in result.output
+    assert all("gap: %s (10 images)" % phase in result.output for phase in ("q*", "q*_m, 2 θ draws", "AIS"))  # bars
     again = CliRunner().invoke(cli, args)  # never overwritten silently
     assert again.exit_code == 1 and "--overwrite" in again.output
 
