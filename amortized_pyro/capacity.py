@@ -15,7 +15,7 @@ from dataclasses import asdict
 import torch
 
 from .autoguides.capacity import until_converged
-from .gap import measure
+from .gap import gap_images, measure
 from .guides import label, make_guide
 from .local_elbo import log_weights
 from .streams import outside_the_stream
@@ -52,7 +52,9 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
 def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None,
           progress=False):
     """For every width × depth × seed, a fresh encoder trained on ``result``'s frozen q(θ)
-    (:func:`train_encoder`) and its gaps on the first ``n_images`` training and test images: a list of rows
+    (:func:`train_encoder`) and its gaps on ``n_images`` training and test images drawn by the gap seed
+    (:func:`~amortized_pyro.gap.gap_images`: ``settings.seed`` plus the encoder's seed, or alone where
+    ``settings.paired``; every width and depth of one seed shares them): a list of rows
     (one per encoder and split) holding the encoder, its training, and the gap report. Encoders with rows
     in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from);
     ``progress``: the gap's progress bars."""
@@ -70,11 +72,13 @@ def sweep(result, data, widths, depths, seeds, n_images, training, settings, log
                 log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.1f nats per image"
                     % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
                 for split, images in (("train", data.train), ("test", data.test)):
-                    x = images[:n_images]
-                    idx = torch.arange(x.shape[0], device=x.device) if split == "train" else None
-                    report = measure(model, guide, x, idx, settings, progress=progress)
+                    gap_seed, chosen = gap_images(settings, seed, images.shape[0], n_images)
+                    x = images[chosen.to(images.device)]
+                    idx = chosen.to(x.device) if split == "train" else None
+                    report = measure(model, guide, x, idx, settings, progress=progress, seed=gap_seed)
                     report.pop("per_image")
                     rows.append(dict(width=width, depth=depth, seed=seed, split=split, n_images=x.shape[0],
+                                     gap_seed=gap_seed, images=chosen.tolist(),
                                      label=label("amortized", width), epochs=epochs, encoder_capped=capped,
                                      encoder_elbo=elbo, training=asdict(training), **report))
                 if save:

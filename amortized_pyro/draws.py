@@ -26,12 +26,15 @@ class Draws:
     """M global values stacked (``values``: site → [M, *shape]; {} for a model without global sites) and one
     key per draw, and the phase (one of PHASES) whose z draws they serve. ``len()`` is M; :meth:`part` a
     contiguous subset; :meth:`at` the same draws for another phase; :meth:`generators` the draws' generators;
-    :meth:`normal` and :meth:`uniform` stack a draw from each given generator, as [M, *shape]."""
+    :meth:`normal` and :meth:`uniform` stack a draw from each given generator, as [M, *shape]. ``per_image``:
+    the sites whose values hold one row per image after the draws ([M, n, ...]: terms precomputed for the
+    images measured), which :meth:`images` subsets."""
 
-    def __init__(self, values, keys, device, phase="fit"):
+    def __init__(self, values, keys, device, phase="fit", per_image=()):
         if phase not in PHASES:
             raise ValueError("phase %r is not one of %s" % (phase, ", ".join(PHASES)))
         self.values, self.keys, self.device, self.phase = values, list(keys), torch.device(device), phase
+        self.per_image = tuple(per_image)
 
     @classmethod
     def of(cls, values, generator):
@@ -39,25 +42,32 @@ class Draws:
         return cls(stack(values), keys(generator, len(values)), generator.device)
 
     def at(self, phase):
-        return Draws(self.values, self.keys, self.device, phase)
+        return Draws(self.values, self.keys, self.device, phase, self.per_image)
 
-    def with_values(self, values):
-        """The same draws and keys with ``values`` (e.g. with terms precomputed from them)."""
-        return Draws(values, self.keys, self.device, self.phase)
+    def with_values(self, values, per_image=()):
+        """The same draws and keys with ``values`` (e.g. with terms precomputed from them; ``per_image``: those
+        with one row per image)."""
+        return Draws(values, self.keys, self.device, self.phase, per_image)
+
+    def images(self, idx):
+        """The same draws with the per-image values of the images ``idx`` alone."""
+        values = {k: v[:, idx] if k in self.per_image else v for k, v in self.values.items()}
+        return Draws(values, self.keys, self.device, self.phase, self.per_image)
 
     def __len__(self):
         return len(self.keys)
 
     def part(self, start, stop):
         return Draws({k: v[start:stop] for k, v in self.values.items()}, self.keys[start:stop], self.device,
-                     self.phase)
+                     self.phase, self.per_image)
 
     def one(self, m):
         """θ_m as site → tensor."""
         return {k: v[m] for k, v in self.values.items()}
 
     def detached(self):
-        return Draws({k: v.detach() for k, v in self.values.items()}, self.keys, self.device, self.phase)
+        return Draws({k: v.detach() for k, v in self.values.items()}, self.keys, self.device, self.phase,
+                     self.per_image)
 
     def generators(self):
         """One fresh generator per draw, seeded by the draw's key and the phase."""

@@ -19,7 +19,7 @@ from .config import FitConfig, parse_every
 from .data import load_data
 from .errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
 from .evaluation import MSE_KEYS, evaluate, mean_image_mse
-from .gap import GapSettings, measure
+from .gap import GapSettings, gap_images, measure
 from .guides import config_label, make_guide
 from .model import BayesianDecoderModel
 from .process import resolve_device
@@ -251,14 +251,6 @@ def finished_run(run_dir, device="cpu", log=print):
         raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
     result = load_run(run_dir, device)
     return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)
-
-
-def gap_images(settings, run_seed, split_size, n_images):
-    """(the gap seed, the indices of ``n_images`` of a split's ``split_size`` images drawn without replacement
-    by it): the gap seed is ``settings.seed`` plus the run's training seed, or ``settings.seed`` alone where
-    ``settings.paired`` (every run then measured on the same images and draws)."""
-    gap_seed = settings.seed + (0 if settings.paired else run_seed)
-    return gap_seed, torch.randperm(split_size, generator=torch.Generator().manual_seed(gap_seed))[:n_images]
 
 
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,

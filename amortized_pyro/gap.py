@@ -75,11 +75,15 @@ class GapSettings(Checked):
                        open_low=True)
     refine_lr: float = option(1e-2, "Adam's learning rate of the refinement rows' steps.", low=0, open_low=True)
     step_samples: int = option(8, "z draws per image (and θ draw) in each optimization step.", low=1)
-    window: int = option(100, "Stopping rule for q*: windows of this many steps ...", low=1)
-    patience: int = option(10, "... stop after this many windows without improvement ...", low=1)
+    window: int = option(100, "Stopping rule for q* and the q*_m, per image (and θ draw): windows of this many "
+                         "steps ...", low=1)
+    patience: int = option(3, "... stop after this many windows without a rise (Cremer et al.: 10, with "
+                           "--tolerance 0) ...", low=1)
+    tolerance: float = option(0.05, "... a rise: the window's mean objective more than this many nats above "
+                              "its level at the last rise ...", low=0)
     max_steps: int = option(2000, "... or after this many steps.", low=1)
-    decay_patience: int = option(2, "Halve the learning rate when the total over the images has not improved "
-                                 "for this many windows.", low=1)
+    decay_patience: int = option(2, "Halve a row's learning rate after this many windows and one more without "
+                                 "a rise.", low=0)
     ais_steps: int = option(1000, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
     ais_chains: int = option(8, "AIS chains per image and θ draw.", low=1)
     leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
@@ -92,7 +96,15 @@ class GapSettings(Checked):
                           "different images and draws, and errors over seeds cover the images too.")
 
     def rule(self):
-        return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience)
+        return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience, self.tolerance)
+
+
+def gap_images(settings, run_seed, split_size, n_images):
+    """(the gap seed, the indices of ``n_images`` of a split's ``split_size`` images drawn without replacement
+    by it): the gap seed is ``settings.seed`` plus the run's training seed, or ``settings.seed`` alone where
+    ``settings.paired`` (every run then measured on the same images and draws)."""
+    gap_seed = settings.seed + (0 if settings.paired else run_seed)
+    return gap_seed, torch.randperm(split_size, generator=torch.Generator().manual_seed(gap_seed))[:n_images]
 
 
 @torch.no_grad()
@@ -128,11 +140,10 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
     generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
-    fit, score = (draws.with_values(model.with_gram(draws.values, x))
-                  for draws in global_draws(guide, settings, generator))
+    fit, score = (model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
-                                   progress)
+                                   progress, compact=True)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         plugin = model.observation_mean(decode(best.loc, theta))
@@ -140,11 +151,14 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     return result
 
 
-def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False):
+def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
+                    compact=False):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local_elbo`), ``fit`` and
     ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
-    [n, size] or None (then q* starts from N(0, I)); ``progress``: a progress bar per phase. Returns (the
+    [n, size] or None (then q* starts from N(0, I)); ``progress``: a progress bar per phase; ``compact``:
+    images leave the optimizations once stopped, where the log joint of some images is theirs alone
+    (:func:`~amortized_pyro.local_elbo.converge`). Returns (the
     result dict, q*'s :class:`~amortized_pyro.local_elbo.Optimum`)."""
     rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
     n = x.shape[0]
@@ -155,10 +169,10 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
 
     with bar("q*") as q_bar:
         best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
-                        settings.step_samples, chunk=chunk, bar=q_bar)
+                        settings.step_samples, compact=compact, chunk=chunk, bar=q_bar)
     with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
         per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
-                             settings.step_samples, per_draw=True, chunk=chunk, bar=q_m_bar)
+                             settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar)
     scored = score.at("score")
     elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
@@ -188,6 +202,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum())
     result.update(settings=asdict(settings), theta_draws=len(fit), score_draws=len(score),
                   optimizer_steps=int(best.steps.max()), capped=capped,
+                  mean_steps={"q*": best.steps.double().mean().item(), "q*_m": per_theta.steps.double().mean().item()},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
                   estimator="fresh score draws",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",

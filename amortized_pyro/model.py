@@ -167,18 +167,19 @@ class BayesianDecoderModel(LocalModule):
         return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
 
     @torch.no_grad()
-    def with_gram(self, values, x):
-        """The gap's stacked θ draws (site → [M, ...]) with the terms that make the normal likelihood of the
-        images x cost H² per z draw instead of H·x_dim (WᵀW, Wᵀ(x − b), ‖x − b‖² of the last layer), or as
-        they are for the Bernoulli likelihood. Hand-written for speed: the last layer is 72% of the
-        decoder's arithmetic at the reference size, and the gap's θ and x stay fixed for thousands of steps
-        (BENCHMARKS.md)."""
+    def with_gram(self, draws, x):
+        """The gap's θ draws (:class:`~amortized_pyro.draws.Draws`, site → [M, ...]) with the terms that make
+        the normal likelihood of the images x cost H² per z draw instead of H·x_dim (WᵀW, and per image Wᵀ(x −
+        b) and ‖x − b‖² of the last layer), or as they are for the Bernoulli likelihood. Hand-written for
+        speed: the last layer is 72% of the decoder's arithmetic at the reference size, and the gap's θ and x
+        stay fixed for thousands of steps (BENCHMARKS.md)."""
+        values = draws.values
         if self.likelihood != "normal" or not values:
-            return values
+            return draws
         weight, bias = values["decoder.w3"], values["decoder.b3"]  # [M, x_dim, H], [M, x_dim]
         residual = x - bias.unsqueeze(1)  # [M, n, x_dim]
         terms = (weight.transpose(-1, -2) @ weight, residual @ weight, residual.square().sum(-1))
-        return dict(values, **dict(zip(GRAM, terms)))
+        return draws.with_values(dict(values, **dict(zip(GRAM, terms))), per_image=GRAM[1:])
 
     def observation_mean(self, out):
         """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""

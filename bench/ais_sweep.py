@@ -40,7 +40,7 @@ def main():
     idx = torch.arange(x.shape[0]) if args.split == "train" else None
     model, rule = result.model, settings.rule()
     fit, _ = global_draws(result.guide, settings, torch.Generator().manual_seed(settings.seed))
-    fit = fit.with_values(model.with_gram(fit.values, x))
+    fit = model.with_gram(fit, x)
     q_z = factor(result.guide, x, idx, fit.at("guide"))
     best = converge(model.local_log_joint, x, q_z[0], q_z[1].log(), fit.at("fit"), settings.lr, rule,
                     settings.step_samples)

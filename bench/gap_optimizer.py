@@ -29,26 +29,37 @@ def main():
     parser.add_argument("--n-images", type=int, default=20)
     parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--max-steps", type=int, required=True)
+    parser.add_argument("--patience", type=int, default=10)
+    parser.add_argument("--decay-patience", type=int, default=2)
+    parser.add_argument("--window", type=int, default=100)
+    parser.add_argument("--tolerance", type=float, default=None, help="(a package with a tolerance rule)")
+    parser.add_argument("--starts", default="guide,prior")
     args = parser.parse_args()
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
     x = (data.train if args.split == "train" else data.test)[:args.n_images]
     idx = torch.arange(x.shape[0]) if args.split == "train" else None
+    rule = {} if args.tolerance is None else {"tolerance": args.tolerance}
     settings = gap.GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=args.max_steps,
-                               lr=args.lr, ais_steps=0).check()
+                               lr=args.lr, ais_steps=0, patience=args.patience,
+                               decay_patience=args.decay_patience, window=args.window, **rule).check()
+    compact = {} if args.tolerance is None else {"compact": True}
     model = result.model
-    for start in ("guide", "prior"):
+    for start in args.starts.split(","):
         began = time.perf_counter()
         draws = gap.global_draws(result.guide, settings, torch.Generator().manual_seed(0))
-        fit, score = (d.with_values(model.with_gram(d.values, x)) for d in draws)
+        fit, score = (model.with_gram(d, x) for d in draws)
         q_z = factor(result.guide, x, idx, fit.at("guide")) if start == "guide" else None
-        report, best = gap.measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings)
+        report, best = gap.measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
+                                            **compact)
         seconds = time.perf_counter() - began
         on_fit = local_elbo(model.local_log_joint, x, best.loc, best.log_scale.exp(), fit.at("score"), 100).mean()
-        print("start %s, lr %g, cap %d: L(q*) fitting draws %.3f, score draws %.3f; L(q*_m) %.3f; IWAE log p %.3f; "
-              "steps %d; capped q* %d/%d, q*_m %d/%d; %.0f s" % (
-                  start, args.lr, args.max_steps, on_fit, report["elbo_optimized"]["mean"],
-                  report["elbo_per_theta"]["mean"], report["log_px"]["mean"], report["optimizer_steps"],
-                  report["capped"], x.shape[0], report["capped_per_theta"], x.shape[0] * len(fit), seconds))
+        mean_steps = report.get("mean_steps", {})
+        print("start %s, lr %g, cap %d, window %d, patience %d, decay patience %d, tolerance %s: L(q*) fitting draws %.3f, score draws %.3f; "
+              "L(q*_m) %.3f; IWAE log p %.3f; steps %d (mean q* %s, q*_m %s); capped q* %d/%d, q*_m %d/%d; %.0f s" % (
+                  start, args.lr, args.max_steps, args.window, args.patience, args.decay_patience, args.tolerance, on_fit,
+                  report["elbo_optimized"]["mean"], report["elbo_per_theta"]["mean"], report["log_px"]["mean"],
+                  report["optimizer_steps"], mean_steps.get("q*"), mean_steps.get("q*_m"), report["capped"],
+                  x.shape[0], report["capped_per_theta"], x.shape[0] * len(fit), seconds))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,13 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
     assert sorted((r["width"], r["depth"], r["seed"], r["split"]) for r in rows) == sorted(
         (w, d, s, split) for w in (4, 16) for d in (1, 2) for s in (0, 1) for split in ("train", "test"))
     assert all(r["epochs"] == 3 and r["encoder_capped"] for r in rows)  # 3 epochs: the cap, said as such
+    # each encoder seed its own images (the gap seed: --seed plus the encoder's), every width of a seed the same
+    images = {(r["seed"], r["split"]): set() for r in rows}
+    for r in rows:
+        images[r["seed"], r["split"]].add((r["gap_seed"], tuple(r["images"])))
+    assert all(len(chosen) == 1 for chosen in images.values())
+    assert images[0, "test"] != images[1, "test"]
+    assert [gap_seed for gap_seed, _ in images[1, "test"]] == [1]
     table = (finished_run / "capacity" / "capacity.md").read_text()
     assert table.count("\n| 4 | 1 | train | 2 | 5 |") == 1 and "| 16 | 2 | test | 2 | 5 |" in table
     assert (finished_run / "capacity" / "capacity.png").exists()

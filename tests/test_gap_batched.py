@@ -19,7 +19,6 @@ import pyro
 import pyro.distributions as dist
 
 from amortized_pyro.autoguides import AutoPerDatapointNormal, measure_gap
-from amortized_pyro.draws import Draws
 from amortized_pyro.gap import GapSettings, global_draws, measure_factors
 from amortized_pyro.guides import make_guide
 from amortized_pyro.local_elbo import converge
@@ -69,6 +68,42 @@ def test_batched_draws_equal_sequential_ones_and_no_number_depends_on_the_chunk(
         assert torch.allclose(alone.loc[0], together.loc[m], atol=1e-12)
         assert torch.equal(alone.steps[0], together.steps[m])
     assert not torch.allclose(together.loc[0], together.loc[1])  # the draws' optima differ: a real check
+
+
+def test_each_row_stops_on_its_own_and_compacting_stopped_images_changes_no_number(float64):
+    """Every row (image, or image and θ draw) has its own learning rate, stopping and best iterate: an
+    image's q* and q*_m do not change when another image starts elsewhere, nor when stopped images are left
+    out of the computation (``compact``), which computes fewer rows. Seen failing with one learning-rate schedule over
+    the total of the images (a row then depends on the others) and with compaction off (no fewer rows)."""
+    model, guide, x = small_run()
+    settings = GapSettings(theta_draws=3, step_samples=4, window=10, patience=2, tolerance=0.05, max_steps=400)
+    fit, _ = global_draws(guide, settings, torch.Generator().manual_seed(5))
+    fit = model.with_gram(fit, x)
+    start = (0.3 * torch.randn(5, 3), torch.full((5, 3), 0.5).log())
+    computed = []
+
+    def log_joint(x, z, theta):
+        computed.append(x.shape[0])
+        return model.local_log_joint(x, z, theta)
+
+    for per_draw, phase in ((False, "fit"), (True, "fit-per-draw")):
+        computed.clear()
+        full = converge(log_joint, x, *start, fit.at(phase), 0.05, settings.rule(), 4, per_draw=per_draw)
+        rows_full = sum(computed)
+        computed.clear()
+        compact = converge(log_joint, x, *start, fit.at(phase), 0.05, settings.rule(), 4, per_draw=per_draw,
+                           compact=True)
+        assert sum(computed) < 0.9 * rows_full  # stopped images were left out
+        assert len(set(full.steps.flatten().tolist())) > 1 and not full.capped.all()  # rows stopped apart
+        assert torch.equal(compact.steps, full.steps)
+        assert torch.allclose(compact.loc, full.loc, atol=1e-10)
+        assert torch.allclose(compact.log_scale, full.log_scale, atol=1e-10)
+        moved = (start[0].clone(), start[1].clone())
+        moved[0][0] += 1.0  # another start for image 0 alone: the other images' rows must not notice
+        other = converge(log_joint, x, *moved, fit.at(phase), 0.05, settings.rule(), 4, per_draw=per_draw)
+        assert not torch.allclose(other.loc[..., 0, :], full.loc[..., 0, :])
+        assert torch.equal(other.steps[..., 1:], full.steps[..., 1:])
+        assert torch.allclose(other.loc[..., 1:, :], full.loc[..., 1:, :], atol=1e-10)
 
 
 class Shifted:

@@ -3,7 +3,8 @@ is the derivative of what the steps end at (checked against central finite diffe
 straight-through passes the refined factor's gradient instead, which differs."""
 import torch
 
-from amortized_pyro.local_elbo import SmoothAdam, log_weights, refine
+from amortized_pyro.local_elbo import log_weights, refine
+from amortized_pyro.optimizers import SmoothAdam
 from amortized_pyro.model import decode
 
 

@@ -19,7 +19,9 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
 
     :param model: the Pyro model the guide was built from.
     :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`.
-    :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()).
+    :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()); its
+        ``seed`` keys every draw (``paired`` has nothing to pair here: the caller chooses the datapoints, and
+        a seed per training run is the caller's to add).
     :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own).
     :param bool seen: whether these datapoints are ones the guide was trained on; a per-datapoint guide has a
         factor only for those (otherwise its quantities are None and q* starts at N(0, I)).
