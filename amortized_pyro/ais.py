@@ -69,8 +69,12 @@ def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog, ba
 
     with torch.no_grad():
         for previous, beta in zip(betas[:-1], betas[1:]):
-            log_w += (beta - previous) * log_ratio(z)
-            z, accepted = hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, generators)
+            with torch.enable_grad():  # one evaluation at z serves the weight, the start energy and its gradient
+                z = z.detach().requires_grad_()
+                ratio = log_ratio(z)
+            log_w += (beta - previous) * ratio.detach()
+            z, accepted = hmc_transition(z, ratio, beta, log_ratio, proposal, step_size, leapfrog, draws,
+                                         generators)
             rate = accepted.to(z.dtype).mean(1, keepdim=True).unsqueeze(-1)  # per draw and image, over its chains
             step_size = step_size * torch.where(rate > TARGET_ACCEPT, 1.02, 0.98)
             if bar is not None:
@@ -78,8 +82,9 @@ def ais_log_weights(log_joint, x, loc, scale, draws, steps, chains, leapfrog, ba
     return log_w
 
 
-def hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, generators):
-    """One HMC transition per chain leaving f_β(z) ∝ q(z) · (p(x, z | θ) / q(z))^β invariant: (z', accepted).
+def hmc_transition(z, ratio, beta, log_ratio, proposal, step_size, leapfrog, draws, generators):
+    """One HMC transition per chain leaving f_β(z) ∝ q(z) · (p(x, z | θ) / q(z))^β invariant: (z', accepted);
+    ``ratio`` is log_ratio(z), on the autograd graph of z (its gradient starts the integrator).
     The mass matrix is diag(1 / scale²) of the proposal (momentum r ~ N(0, diag 1/scale²), velocity scale² r):
     each dimension moves by ``step_size`` × its own proposal scale, instead of one step size set by the
     narrowest dimension (BENCHMARKS.md: AIS sweep)."""
@@ -91,10 +96,12 @@ def hmc_transition(z, beta, log_ratio, proposal, step_size, leapfrog, draws, gen
         return energy["u"].sum()  # chains and images are independent: the gradient of the sum is each one's
 
     with torch.enable_grad():
-        start_u = -(proposal.log_prob(z).sum(-1) + beta * log_ratio(z))
+        start_u = -(proposal.log_prob(z).sum(-1) + beta * ratio)
+        start_grad = torch.autograd.grad(start_u.sum(), z)[0]
         r = draws.normal(generators, z.shape[1:], z.dtype) / proposal.scale
+        z = z.detach()
         z_new, r_new, _, _ = velocity_verlet({"z": z}, {"z": r}, potential, lambda m: {"z": variance * m["z"]},
-                                             step_size, leapfrog)
+                                             step_size, leapfrog, z_grads={"z": start_grad})
     z_new, r_new = z_new["z"].detach(), r_new["z"].detach()
     new_u = energy["u"].detach()
     log_accept = start_u.detach() + 0.5 * (variance * r.pow(2)).sum(-1) - new_u - 0.5 * (variance * r_new.pow(2)).sum(-1)

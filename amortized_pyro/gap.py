@@ -6,11 +6,12 @@ With q(θ) trained and frozen, for one image x_n and a Gaussian factor q(z_n) (:
     L_n(q; θ)  = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)],   L_n(q) = E_{q(θ)} L_n(q; θ)
     q*_n       = the best Gaussian factor for x_n under q(θ): Adam on the mean of L_n(q; θ_m) over M
                  *fitting* draws θ_1..θ_M ~ q(θ) (``theta_draws``), from the guide's factor (from the prior
-                 where the guide has none for x_n), per image until its windowed stopping rule (Cremer et
-                 al.: windows of 100 steps, patience 10), best window's average iterate, learning rate
-                 halved on plateaus, or a cap
+                 where the guide has none for x_n), per image until its windowed stopping rule (windows
+                 of 100 steps, stopped after 3 without a rise of 0.05 nats; Cremer et al.: 10, any rise),
+                 best window's average iterate, its learning rate halved on its plateaus, or a cap
     q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule;
-                 the M optimizations run as one batched program, each with its own schedule and stopping)
+                 the M optimizations run as one batched program, each (image, draw) with its own learning
+                 rate and stopping)
     log p(x_n) := mean_m log p(x_n | θ_m); each log p(x_n | θ_m) by the importance-weighted bound with K
                  samples from q*_nm, and, as a second estimator, by annealed importance sampling from q*_nm
                  (:mod:`amortized_pyro.ais`); both are stochastic lower bounds

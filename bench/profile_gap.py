@@ -23,7 +23,7 @@ import torch
 
 from amortized_pyro import gap
 from amortized_pyro.comparison import COMPARE_GAP, COMPARE_REFINE
-from amortized_pyro.fitting import measure_run
+from amortized_pyro.fitting import finished_run, measure_run
 
 PHASES = {"converge": None, "local_elbo": "local-ELBO estimates on the score draws (L(q*), the guide's, refinement)",
           "per_draw": "per-draw estimates (L(q*_m; θ_m), IWAE log p(x | θ_m))", "ais_log_marginal": "AIS log p(x | θ_m)",
@@ -52,17 +52,30 @@ def timed(seconds):
     return lambda: [setattr(gap, name, fn) for name, fn in originals.items()]
 
 
+def measure_first(run_dir, split, n_images, settings, refine_steps, log):
+    """:func:`amortized_pyro.fitting.measure_run` on the split's first ``n_images`` images at gap seed
+    ``settings.seed``."""
+    result, data = finished_run(run_dir, "cpu", log)
+    x = (data.train if split == "train" else data.test)[:n_images]
+    idx = torch.arange(x.shape[0]) if split == "train" else None
+    return gap.measure(result.model, result.guide, x, idx, settings, refine_steps)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
     parser.add_argument("--split", default="test", choices=["train", "test"])
     parser.add_argument("--n-images", type=int, default=20)
     parser.add_argument("--wall-only", action="store_true", help="one timed measurement and its mean gaps")
+    parser.add_argument("--images", default="first", choices=["first", "drawn"],
+                        help="first: the split's first N images, as the code before issue 28 measured them (so that "
+                        "an interleaved before/after measures the same images); drawn: by the gap seed, as `gap` does")
     args = parser.parse_args()
     quiet = dict(settings=COMPARE_GAP, refine_steps=COMPARE_REFINE, log=lambda *a: None)
+    measure = measure_first if args.images == "first" else measure_run
 
     began = time.perf_counter()
-    report = measure_run(args.run_dir, args.split, args.n_images, **quiet)
+    report = measure(args.run_dir, args.split, args.n_images, **quiet)
     plain = time.perf_counter() - began
     if args.wall_only:
         print("wall %.1f s; amortization %.2f, coupling %.2f, approximation %.2f nats (means over the images)"
@@ -73,7 +86,7 @@ def main():
     restore = timed(seconds)
     profiler = cProfile.Profile()
     began = time.perf_counter()
-    profiler.runcall(measure_run, args.run_dir, args.split, args.n_images, **quiet)
+    profiler.runcall(measure, args.run_dir, args.split, args.n_images, **quiet)
     total = time.perf_counter() - began
     restore()
 
