@@ -33,7 +33,7 @@ so that the three add up to log p(x_n) − L_n(q_guide) (up to the Monte Carlo e
 With θ fixed at E_q[θ] (``theta="mean"``) the coupling gap is zero up to optimization noise and the others
 are Cremer et al.'s. The global term KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left
 out. Standard errors are over the images only: the θ draws, the z draws and the trained run (one seed) are
-held fixed (errors over seeds and images together: :mod:`amortized_pyro.results`). A q* stopped at the cap
+held fixed (errors over seeds and images together: :mod:`amortized_pyro.pooling`). A q* stopped at the cap
 makes the image's amortization gap a lower bound and its coupling gap an upper bound; a q*_m stopped at the
 cap, its coupling gap a lower bound and its approximation gap an upper bound; the report counts both.
 Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many Adam
