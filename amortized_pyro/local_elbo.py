@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-import pyro.distributions as dist
-
 from .draws import Draws
 from .optimizers import RowAdam, SmoothAdam
 
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 CHUNK = 2 ** 15  # rows (θ draws × z draws × images) per decoder call: about 170 MB at the reference size
 
 
@@ -33,8 +32,14 @@ def log_weights(log_joint, x, loc, scale, theta, draws, generator=None):
 
 def weights(log_joint, x, loc, scale, theta, eps):
     """log p(x, z | θ) − log q(z) for z = loc + scale ε at one θ: [draws, n] for ε [draws, *loc.shape]."""
-    z = loc + scale * eps
-    return log_joint(x, z, theta) - dist.Normal(loc, scale).log_prob(z).sum(-1)
+    return log_joint(x, loc + scale * eps, theta) - normal_log_density(eps, scale.log())
+
+
+def normal_log_density(standard, log_scale):
+    """log N(z; μ, diag σ²) summed over the last dimension, from z's standardized value (z − μ) / σ and log σ.
+    In closed form rather than by a Normal per step: the objects' construction was 5% of a gap (BENCHMARKS.md);
+    at z = μ + σ ε its value and gradients are those of ``Normal(μ, σ).log_prob(z).sum(-1)``."""
+    return -(0.5 * standard.square() + log_scale + HALF_LOG_2PI).sum(-1)
 
 
 def broadcast_factor(t):
@@ -46,8 +51,7 @@ def draw_log_weights(log_joint, x, loc, scale, values, eps):
     """log p(x, z | θ_m) − log q(z) for z = loc + scale ε, ε [M, S, n, size], θ stacked ``values`` [M, ...],
     the factor [n, size] (one for every draw) or [M, n, size] (one per draw): [M, S, n]."""
     loc, scale = broadcast_factor(loc), broadcast_factor(scale)
-    z = loc + scale * eps
-    return log_joint(x, z, values) - dist.Normal(loc, scale).log_prob(z).sum(-1)
+    return log_joint(x, loc + scale * eps, values) - normal_log_density(eps, scale.log())
 
 
 def draw_rows(t, start, stop):
@@ -114,24 +118,21 @@ class Optimum:
     capped: torch.Tensor
 
 
-def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, images=None):
+def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None):
     """This step's objective, in parts (one per span of θ draws, made as they are consumed, so that one
-    part's graph lives at a time), for the images ``images`` of x (indices; None: all) and their factors
-    ``loc``, ``log_scale``: one θ: [n], z from ``noise`` (a generator). Draws: the mean over them of each
-    L_n(q; θ_m) ([n] in parts that add up), or with ``per_draw_factor`` each one ([M, n]); ``noise`` the
-    draws' generators. The z draws are made for all of x and taken at ``images``, so that an image's numbers
-    do not depend on which others are computed beside it."""
-    n, size = x.shape[0], loc.shape[-1]
+    part's graph lives at a time), for the images x and their factors ``loc``, ``log_scale``: one θ: [n], z
+    from ``noise`` (a generator). Draws: the mean over them of each L_n(q; θ_m) ([n] in parts that add up),
+    or with ``per_draw_factor`` each one ([M, n]); ``noise`` the draws' generators. ``among``: (indices, N)
+    where x (and θ's per-image values) are the images ``indices`` of N; the z draws are then made for all N
+    and taken at the indices, so that an image's numbers do not depend on which others are computed beside it."""
+    images, n = among if among is not None else (None, x.shape[0])
+    size = loc.shape[-1]
     live = (lambda t: t) if images is None else (lambda t: t[..., images, :])
-    if images is not None:
-        x = x[images]
     if not isinstance(theta, Draws):
         eps = live(torch.randn((draws,) + loc.shape[:-2] + (n, size), generator=noise, device=loc.device))
         yield weights(log_joint, x, loc, log_scale.exp(), theta, eps).mean(0)
         return
-    if images is not None:
-        theta = theta.images(images)
-    rows = draws * (n if images is None else len(images))
+    rows = draws * x.shape[0]
     for start, stop in ([(0, len(theta))] if per_draw_factor else theta.chunks(rows, chunk)):
         eps = live(theta.normal(noise[start:stop], (draws, n, size), loc.dtype))
         values = {k: v[start:stop] for k, v in theta.values.items()}
@@ -225,12 +226,13 @@ def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, p
     rose_to = best.clone()  # each row's level at its last rise that counted
     window, sums = 0, [0, 0]
     noise = theta.generators() if isinstance(theta, Draws) else generator
+    live_x, live_theta, among = x, theta, None  # the images computed (compact: those not yet stopped)
     for step in range(1, rule.max_steps + 1):
         params, grads, objective = adam.params, None, 0
         with torch.enable_grad():
-            for part in _objective(log_joint, x, params[0] if per_draw_factor else params[0][0],
-                                   params[1] if per_draw_factor else params[1][0], theta, draws, noise,
-                                   per_draw_factor, chunk, images if compact else None):
+            for part in _objective(log_joint, live_x, params[0] if per_draw_factor else params[0][0],
+                                   params[1] if per_draw_factor else params[1][0], live_theta, draws, noise,
+                                   per_draw_factor, chunk, among):
                 part_grads = torch.autograd.grad(-part.sum(), params)  # one backward pass per span of draws
                 grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
                 objective = objective + part.detach()
@@ -267,4 +269,6 @@ def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, p
             if not keep.all():
                 images = images[keep]
                 adam.keep(keep.nonzero().squeeze(-1))
+                live_x, among = x[images], (images, x.shape[0])
+                live_theta = theta.images(images) if isinstance(theta, Draws) else theta
     return Optimum(best_loc, best_log_scale, steps, running)

@@ -156,14 +156,14 @@ class BayesianDecoderModel(LocalModule):
     def local_log_joint(self, x, z, theta):
         """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ (with the
         terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
-        prior = dist.Normal(0.0, 1.0).log_prob(z).sum(-1)
+        prior = -(0.5 * z.square() + HALF_LOG_2PI).sum(-1)  # log N(z; 0, I): closed form, as in local_elbo
         if GRAM[0] not in theta:
             return self.observation(decode(z, theta)).log_prob(x) + prior
         # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
         h = hidden(z, theta)  # [M, S, n, H]
         gram, linear, offset = (theta[name] for name in GRAM)  # [M, H, H], [M, n, H], [M, n]
-        quadratic = (torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape) * h).sum(-1)
-        square = offset.unsqueeze(1) - 2 * (linear.unsqueeze(1) * h).sum(-1) + quadratic
+        hg = torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape)
+        square = offset.unsqueeze(1) + ((hg - 2 * linear.unsqueeze(1)) * h).sum(-1)  # one product with h, not two
         return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
 
     @torch.no_grad()
