@@ -39,7 +39,7 @@ def normal_log_density(standard, log_scale):
     """log N(z; μ, diag σ²) summed over the last dimension, from z's standardized value (z − μ) / σ and log σ.
     In closed form rather than by a Normal per step: the objects' construction was 5% of a gap (BENCHMARKS.md);
     at z = μ + σ ε its value and gradients are those of ``Normal(μ, σ).log_prob(z).sum(-1)``."""
-    return -(0.5 * standard.square() + log_scale + HALF_LOG_2PI).sum(-1)
+    return -0.5 * standard.square().sum(-1) - (log_scale.sum(-1) + standard.shape[-1] * HALF_LOG_2PI)
 
 
 def broadcast_factor(t):

@@ -156,7 +156,7 @@ class BayesianDecoderModel(LocalModule):
     def local_log_joint(self, x, z, theta):
         """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ (with the
         terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
-        prior = -(0.5 * z.square() + HALF_LOG_2PI).sum(-1)  # log N(z; 0, I): closed form, as in local_elbo
+        prior = -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI  # log N(z; 0, I) in closed form
         if GRAM[0] not in theta:
             return self.observation(decode(z, theta)).log_prob(x) + prior
         # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
