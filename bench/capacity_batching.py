@@ -1,0 +1,63 @@
+"""Would the capacity sweep gain by training its encoders of one width (different seeds) as one batched model?
+An upper bound: one encoder-training step (amortized_pyro.capacity.train_encoder's, on the frozen decoder) on a
+minibatch of R·B images against R steps on B images each, interleaved. R encoders batched would cost at
+least the former (R encoders' own layers add to it; the decoder's work is the same), so if R steps of B cost
+about what one step of R·B costs, batching the seeds cannot pay.
+
+    OMP_NUM_THREADS=1 python bench/capacity_batching.py RUN_DIR [--replicas 3] [--rounds 5] [--steps 30]
+"""
+import argparse
+import time
+
+import torch
+
+from amortized_pyro.fitting import finished_run
+from amortized_pyro.guides import make_guide
+from amortized_pyro.local_elbo import log_weights
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=250)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
+    model, q_theta, x = result.model, result.guide.q_theta, data.train
+    torch.manual_seed(0)
+    factor = make_guide("amortized", model, args.width).q_z
+    optimizer = torch.optim.Adam(factor.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+
+    def step(rows):
+        with torch.no_grad():
+            theta = q_theta.sample(generator)
+        loc, scale = factor(x[rows], rows)
+        objective = log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum()
+        optimizer.zero_grad()
+        (-objective).backward()
+        optimizer.step()
+
+    def timed(batch, repeat):
+        rows = torch.arange(batch)
+        step(rows)  # warm-up
+        began = time.perf_counter()
+        for _ in range(args.steps):
+            for _ in range(repeat):
+                step(rows)
+        return 1000 * (time.perf_counter() - began) / args.steps
+
+    R, B = args.replicas, args.batch_size
+    print("torch %s, %d thread(s); ms per round of %d images (mean over %d rounds)"
+          % (torch.__version__, torch.get_num_threads(), R * B, args.steps))
+    print("| round | %d steps of %d | 1 step of %d | ratio |\n|---|---|---|---|" % (R, B, R * B))
+    for i in range(args.rounds):
+        apart, together = timed(B, R), timed(R * B, 1)
+        print("| %d | %.1f | %.1f | %.2f |" % (i + 1, apart, together, apart / together))
+
+
+if __name__ == "__main__":
+    main()
