@@ -6,7 +6,7 @@
 # (resumable: the same command goes on); then the study's results, summary and figures are copied into
 # figures/informative and the gap table over the 3 seeds is written to figures/informative/gaps
 # (experiments/gap_tables.py), every report under figures/informative/gaps/reports. About 45 minutes of
-# training and, with the gap code of issue 28, 25 minutes of gap measurement on one core (2026-11-24, other
+# training and, with the gap code of issue 28, 12.4 minutes of gap measurement on one core (2026-11-24, other
 # work on the second core; 2.5 hours before it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
