@@ -1,3 +1,3 @@
-from .cli import main
+from amortized_pyro.cli.commands import main
 
 main()

@@ -1,5 +1,5 @@
 """The exceptions the package raises for the user. Their messages speak of the run, never of command-line
-syntax: the CLI prints each as one line and adds how to go on there (:func:`amortized_pyro.cli.hint`)."""
+syntax: the CLI prints each as one line and adds how to go on there (:func:`amortized_pyro.cli.commands.hint`)."""
 import signal
 
 

@@ -1,9 +1,9 @@
 """Settings dataclasses whose fields carry their own rules: help text, range or choices, a parser.
 
-:class:`~amortized_pyro.config.FitConfig` (what defines a run) and :class:`~amortized_pyro.gap.GapSettings`
+:class:`~amortized_pyro.runs.config.FitConfig` (what defines a run) and :class:`~amortized_pyro.local.gaps.GapSettings`
 (what defines a gap measurement) are both made of :func:`option` fields; :class:`Checked` applies the rules
 to values made in Python, and the command line generates its options from the same fields
-(:mod:`amortized_pyro.options`), so both speak the same rules.
+(:mod:`amortized_pyro.cli.options`), so both speak the same rules.
 """
 import math
 from dataclasses import field, fields
@@ -48,7 +48,7 @@ class Checked:
 
     def check(self):
         """Every field within its range or choices (the command line's own rules); returns self."""
-        from .errors import AmortizedPyroError
+        from amortized_pyro.errors import AmortizedPyroError
 
         for f in fields(self):
             error = field_error(f, getattr(self, f.name))

@@ -13,12 +13,13 @@ import time
 
 import torch
 
-from amortized_pyro.ais import ais_log_marginal
-from amortized_pyro.draws import Draws
-from amortized_pyro.evaluation import factor
-from amortized_pyro.fitting import finished_run
-from amortized_pyro.gap import GapSettings, global_draws
-from amortized_pyro.local_elbo import converge, per_draw
+from amortized_pyro.inference.evaluation import factor
+from amortized_pyro.local.ais import ais_log_marginal
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import per_draw
+from amortized_pyro.local.gaps import GapSettings, global_draws
+from amortized_pyro.local.optimize import converge
+from amortized_pyro.runs.fit import finished_run
 
 
 def repeat(draws, phase, r):

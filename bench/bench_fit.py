@@ -23,7 +23,7 @@ import time
 import torch
 
 from amortized_pyro import Data, FitConfig, fit, load_data
-from amortized_pyro.evaluation import evaluate
+from amortized_pyro.inference.evaluation import evaluate
 
 GUIDES = ("amortized", "per-datapoint", "shared")
 

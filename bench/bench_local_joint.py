@@ -17,7 +17,7 @@ from pyro import poutine
 
 from amortized_pyro.autoguides import LocalJoint
 from amortized_pyro.autoguides.structure import read_structure
-from amortized_pyro.model import BayesianDecoderModel
+from amortized_pyro.models.decoder import BayesianDecoderModel
 
 
 def main():

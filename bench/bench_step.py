@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
 from plain_step import PlainStep  # noqa: E402
 
-from amortized_pyro.data import load_data  # noqa: E402
-from amortized_pyro.autoguides.factors import Encoder, mlp  # noqa: E402
-from amortized_pyro.guides import make_guide  # noqa: E402
-from amortized_pyro.svi import make_elbo, make_optimizer, step as svi_step  # noqa: E402
-from amortized_pyro.model import BayesianDecoderModel, decoder_shapes  # noqa: E402
+from amortized_pyro.autoguides.factors import Encoder, mlp
+from amortized_pyro.inference.svi import make_elbo, make_optimizer, step as svi_step
+from amortized_pyro.models.decoder import BayesianDecoderModel, decoder_shapes
+from amortized_pyro.models.guides import make_guide
+from amortized_pyro.runs.data import load_data
 
 CONFIGS = {  # N, B, z_dim, H, encoder width
     "reference": dict(n_obs=10000, batch=1000, z_dim=64, hidden=256, width=128),

@@ -17,11 +17,11 @@ import torch
 import pyro
 
 from amortized_pyro import FitConfig
-from amortized_pyro.data import load_data
-from amortized_pyro.fitting import build
-from amortized_pyro.replicas import Pack, Stream
-from amortized_pyro.svi import make_elbo, make_optimizer, step
-from amortized_pyro.training import TrainingState
+from amortized_pyro.inference.replicas import Pack, Stream
+from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
+from amortized_pyro.inference.training import TrainingState
+from amortized_pyro.runs.data import load_data
+from amortized_pyro.runs.fit import build
 
 
 

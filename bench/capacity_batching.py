@@ -1,5 +1,5 @@
 """Would the capacity sweep gain by training its encoders of one width (different seeds) as one batched model?
-An upper bound: one encoder-training step (amortized_pyro.capacity.train_encoder's, on the frozen decoder) on a
+An upper bound: one encoder-training step (amortized_pyro.gap.capacity.train_encoder's, on the frozen decoder) on a
 minibatch of R·B images against R steps on B images each, interleaved. R encoders batched would cost at
 least the former (R encoders' own layers add to it; the decoder's work is the same), so if R steps of B cost
 about what one step of R·B costs, batching the seeds cannot pay.
@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from amortized_pyro.fitting import finished_run
-from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import log_weights
+from amortized_pyro.gap.capacity import encoder_step
+from amortized_pyro.models.guides import make_guide
+from amortized_pyro.runs.fit import finished_run
 
 
 def main():
@@ -33,13 +33,7 @@ def main():
     generator = torch.Generator().manual_seed(0)
 
     def step(rows):
-        with torch.no_grad():
-            theta = q_theta.sample(generator)
-        loc, scale = factor(x[rows], rows)
-        objective = log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum()
-        optimizer.zero_grad()
-        (-objective).backward()
-        optimizer.step()
+        encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
 
     def timed(batch, repeat):
         rows = torch.arange(batch)

@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from amortized_pyro import gap
-from amortized_pyro.evaluation import factor
-from amortized_pyro.fitting import finished_run
-from amortized_pyro.local_elbo import local_elbo
+from amortized_pyro.local import gaps as gap
+from amortized_pyro.inference.evaluation import factor
+from amortized_pyro.local.estimates import local_elbo
+from amortized_pyro.runs.fit import finished_run
 
 
 def main():

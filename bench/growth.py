@@ -34,7 +34,7 @@ SWEEPS = {
 
 def baseline_rss():
     """Peak RSS (MiB) of a process that imported the package and loaded the shipped sample."""
-    from amortized_pyro.data import load_data
+    from amortized_pyro.runs.data import load_data
     load_data("mnist-sample", n_obs=2500, n_test=0, log=lambda line: None)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -43,10 +43,10 @@ def time_step(point):
     import torch
 
     import pyro
-    from amortized_pyro.data import load_data
-    from amortized_pyro.guides import make_guide
-    from amortized_pyro.model import BayesianDecoderModel
-    from amortized_pyro.svi import make_elbo, make_optimizer, step
+    from amortized_pyro.runs.data import load_data
+    from amortized_pyro.models.guides import make_guide
+    from amortized_pyro.models.decoder import BayesianDecoderModel
+    from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
 
     images = load_data("mnist-sample", n_obs=2500, n_test=0, log=lambda line: None).train
     n = point["n_obs"]
@@ -74,8 +74,8 @@ def time_step(point):
 def time_gap(point, run_dir):
     from dataclasses import replace
 
-    from amortized_pyro.comparison import COMPARE_GAP
-    from amortized_pyro.fitting import measure_run
+    from amortized_pyro.study.comparison import COMPARE_GAP
+    from amortized_pyro.gap.measure import measure_run
 
     settings = replace(COMPARE_GAP, max_steps=300, ais_steps=50, theta_draws=point["theta_draws"],
                        step_samples=point["step_samples"])

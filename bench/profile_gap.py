@@ -4,7 +4,7 @@ the local-ELBO estimates) and Python overhead against torch's own operators, pro
     python bench/profile_gap.py RUN_DIR --split test --n-images 20          # compare's gap settings
     python bench/profile_gap.py RUN_DIR --wall-only                         # one timed measurement, no profile
 
-The phases are timed by wrapping :mod:`amortized_pyro.gap`'s calls of ``converge`` (its first call is q*, the
+The phases are timed by wrapping :mod:`amortized_pyro.local.gaps`'s calls of ``converge`` (its first call is q*, the
 second the q*_m of every draw at once), ``local_elbo``, ``per_draw`` (L(q*_m; θ_m) and IWAE),
 ``ais_log_marginal`` (AIS) and ``refine``, with
 the measurement otherwise as ``measure_run`` runs it (compare's settings: M = 4, K = 1,000, AIS 200 steps,
@@ -21,9 +21,10 @@ from collections import defaultdict
 
 import torch
 
-from amortized_pyro import gap
-from amortized_pyro.comparison import COMPARE_GAP, COMPARE_REFINE
-from amortized_pyro.fitting import finished_run, measure_run
+from amortized_pyro.gap.measure import measure, measure_run
+from amortized_pyro.local import gaps
+from amortized_pyro.runs.fit import finished_run
+from amortized_pyro.study.comparison import COMPARE_GAP, COMPARE_REFINE
 
 PHASES = {"converge": None, "local_elbo": "local-ELBO estimates on the score draws (L(q*), the guide's, refinement)",
           "per_draw": "per-draw estimates (L(q*_m; θ_m), IWAE log p(x | θ_m))", "ais_log_marginal": "AIS log p(x | θ_m)",
@@ -32,7 +33,7 @@ PHASES = {"converge": None, "local_elbo": "local-ELBO estimates on the score dra
 
 def timed(seconds):
     """Wrap gap's phase functions so that each call's wall time is added to ``seconds[phase]``."""
-    originals = {name: getattr(gap, name) for name in PHASES}
+    originals = {name: getattr(gaps, name) for name in PHASES}
     calls = defaultdict(int)
 
     def wrapper(name):
@@ -48,17 +49,17 @@ def timed(seconds):
         return run
 
     for name in PHASES:
-        setattr(gap, name, wrapper(name))
-    return lambda: [setattr(gap, name, fn) for name, fn in originals.items()]
+        setattr(gaps, name, wrapper(name))
+    return lambda: [setattr(gaps, name, fn) for name, fn in originals.items()]
 
 
 def measure_first(run_dir, split, n_images, settings, refine_steps, log):
-    """:func:`amortized_pyro.fitting.measure_run` on the split's first ``n_images`` images at gap seed
+    """:func:`amortized_pyro.gap.measure.measure_run` on the split's first ``n_images`` images at gap seed
     ``settings.seed``."""
     result, data = finished_run(run_dir, "cpu", log)
     x = (data.train if split == "train" else data.test)[:n_images]
     idx = torch.arange(x.shape[0]) if split == "train" else None
-    return gap.measure(result.model, result.guide, x, idx, settings, refine_steps)
+    return measure(result.model, result.guide, x, idx, settings, refine_steps)
 
 
 def main():

@@ -30,7 +30,7 @@ def main():
         for key in KEYS:
             print("%s: new − old per image %s" % (key, ", ".join("%+.3f" % (b - a) for a, b in zip(old[key], new[key]))))
         return
-    from amortized_pyro.gap import GapSettings
+    from amortized_pyro.local.gaps import GapSettings
     settings = GapSettings(theta_draws=4, importance_samples=100, samples=20, max_steps=300, ais_steps=200)
     report = measure_first(args.paths[0], "test", args.n_images, settings, (), lambda *a: None)
     Path(args.paths[1]).write_text(json.dumps({key: report["per_image"][key] for key in KEYS}) + "\n")

@@ -15,7 +15,7 @@ import torch
 
 import pyro
 from amortized_pyro import BayesianDecoderModel, make_guide
-from amortized_pyro.svi import make_elbo, make_optimizer, step
+from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
 
 CONFIGS = {"reference": (10000, 1000, 64, 256, 128), "small": (1000, 100, 16, 64, 32)}  # N, B, z, H, width
 

@@ -8,8 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
-from amortized_pyro.gap_plots import capacity_figure
-from amortized_pyro.reports import format_capacity
+from amortized_pyro.report.gap_figures import capacity_figure
+from amortized_pyro.report.tables import format_capacity
 
 
 def main():

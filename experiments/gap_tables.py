@@ -25,10 +25,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from amortized_pyro.guides import display_order  # noqa: E402
-from amortized_pyro.reports import format_reports  # noqa: E402
-from amortized_pyro.pooling import gap_over_seeds, seed_groups  # noqa: E402
-from amortized_pyro.runs import load_history, read_info  # noqa: E402
+from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
+from amortized_pyro.models.guides import display_order
+from amortized_pyro.report.tables import format_reports
+from amortized_pyro.runs.store import load_history, read_info
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
 
@@ -95,7 +95,7 @@ def figure(reports, path, title):
         ax.set(title=gap.replace("_", " ") + " (nats / image)")
         ax.axhline(0, color="black", linewidth=0.5)
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    fig.suptitle(title + ": mean over training seeds ± s.e. over seeds and images together (amortized_pyro.pooling)")
+    fig.suptitle(title + ": mean over training seeds ± s.e. over seeds and images together (amortized_pyro.gap.pooling)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -14,8 +14,8 @@ import math
 import statistics
 from pathlib import Path
 
-from amortized_pyro.plots import STUDY_RUN, plateau_figure
-from amortized_pyro.results import Results, leaves_plateau
+from amortized_pyro.report.figures import STUDY_RUN, plateau_figure
+from amortized_pyro.study.results import Results, leaves_plateau
 
 FRACTION = 0.9
 

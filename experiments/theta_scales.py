@@ -11,8 +11,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from amortized_pyro.fitting import load_run
-from amortized_pyro.guides import config_label, display_order
+from amortized_pyro.models.guides import config_label, display_order
+from amortized_pyro.runs.fit import load_run
 
 
 def main():

@@ -6,8 +6,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import pyro
 
-from amortized_pyro.data import Data, load_data
-from amortized_pyro.guides import FAMILIES
+from amortized_pyro.models.guides import FAMILIES
+from amortized_pyro.runs.data import Data, load_data
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 STUDY_GUIDES = tuple(f.name for f in FAMILIES.values() if f.in_studies)  # the studies' families (SA-VI is ours)
@@ -58,7 +58,7 @@ def legend_clear_of(ax):
 def tiny_finished_run(out):
     """A finished run of A-VI k = 4 on 60 images of the shipped sample, trained for 2 epochs into ``out``."""
     from click.testing import CliRunner
-    from amortized_pyro.cli import cli
+    from amortized_pyro.cli.commands import cli
     result = CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20",
                                       "--epochs", "2", "--batch-size", "30", "--hidden", "8", "--z-dim", "3",
                                       "--width", "4", "--no-progress", "--out", str(out)])

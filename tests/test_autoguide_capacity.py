@@ -10,9 +10,8 @@ from torch import nn
 import pyro
 
 from amortized_pyro import AmortizedPyroError, BayesianDecoderModel, make_guide
-from amortized_pyro.autoguides import (AutoPerDatapointNormal, AutoSharedNormal, EncoderTraining, capacity_sweep,
-                                       measure_gap, train_fresh_encoder)
-from amortized_pyro.gap import GapSettings
+from amortized_pyro.autoguides import (AutoPerDatapointNormal, AutoSharedNormal, EncoderTraining, capacity_sweep, measure_gap, train_fresh_encoder)
+from amortized_pyro.local.gaps import GapSettings
 from toy_models import LinearGaussian, WithGlobals
 
 # windows of 300 epochs: with one z draw per datapoint a window's mean moves by noise of about 0.01 nats per

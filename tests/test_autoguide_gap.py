@@ -14,11 +14,11 @@ import torch
 
 import pyro
 
-from amortized_pyro.ais import ais_log_weights
 from amortized_pyro.autoguides import AutoPerDatapointNormal, LocalJoint, measure_gap
-from amortized_pyro.draws import Draws
-from amortized_pyro.gap import GapSettings, global_draws
-from amortized_pyro.local_elbo import log_weights
+from amortized_pyro.local.ais import ais_log_weights
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.local.gaps import GapSettings, global_draws
 from toy_models import LinearGaussian, WithGlobals
 
 N, DX, DZ, SIGMA = 5, 6, 2, 0.5
@@ -151,7 +151,7 @@ def test_trace_read_log_joint_equals_the_package_models_own():
     from pyro import poutine
 
     from amortized_pyro.autoguides.structure import read_structure
-    from amortized_pyro.model import BayesianDecoderModel
+    from amortized_pyro.models.decoder import BayesianDecoderModel
     torch.manual_seed(0)
     for likelihood in ("normal", "bernoulli"):
         model = BayesianDecoderModel(30, 12, 3, 5, obs_scale=0.3, likelihood=likelihood)
@@ -168,9 +168,9 @@ def test_trace_read_log_joint_equals_the_package_models_own():
 def test_measure_gap_on_the_packages_guide_repeats_its_own_gap(family):
     """The package's guide is a builder: measure_gap (the log joint read off the model's trace, θ from the
     guide's global part) repeats gap.measure (its hand-written log joint) on the same draws."""
-    from amortized_pyro.gap import measure
-    from amortized_pyro.guides import make_guide
-    from amortized_pyro.model import BayesianDecoderModel
+    from amortized_pyro.gap.measure import measure
+    from amortized_pyro.models.guides import make_guide
+    from amortized_pyro.models.decoder import BayesianDecoderModel
     torch.set_default_dtype(torch.float64)
     try:
         torch.manual_seed(0)

@@ -12,8 +12,7 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
 
-from amortized_pyro.autoguides import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal,
-                                       LocalJoint)
+from amortized_pyro.autoguides import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal, LocalJoint)
 from amortized_pyro.errors import AmortizedPyroError
 from toy_models import VAE, LinearGaussian, WithGlobals
 

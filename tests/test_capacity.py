@@ -8,11 +8,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from amortized_pyro import model as model_module
 from amortized_pyro.autoguides.capacity import EncoderTraining
-from amortized_pyro.capacity import train_encoder
-from amortized_pyro.cli import cli
-from amortized_pyro.gap import GapSettings, measure
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.gap.capacity import train_encoder
+from amortized_pyro.gap.measure import measure
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.models import decoder as model_module
 
 from conftest import tiny_finished_run
 from test_gap import Linear

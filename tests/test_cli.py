@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from amortized_pyro.cli import cli
+from amortized_pyro.cli.commands import cli
 
 FAST = ["--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20", "--epochs", "2", "--batch-size", "30",
         "--hidden", "16", "--z-dim", "4", "--no-progress", "--device", "cpu"]
@@ -156,8 +156,8 @@ def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_
     """Format 2 named q(θ)'s tensors by PyroParam's private names (q_theta.loc_unconstrained, .scale_unconstrained,
     the log-scales); such a run reads as format 3 (q_theta.loc, q_theta.log_scale) and resumes exactly as the
     same run written today."""
-    from amortized_pyro.fitting import load_run, resume
-    from amortized_pyro.runs import RENAMED_IN_3
+    from amortized_pyro.runs.fit import load_run, resume
+    from amortized_pyro.runs.store import RENAMED_IN_3
     from conftest import tiny_finished_run
     new = tiny_finished_run(tmp_path / "new")
     old = tmp_path / "old"

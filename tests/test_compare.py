@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from amortized_pyro import comparison, executors
-from amortized_pyro.cli import cli
-from amortized_pyro.comparison import compare, configurations
-from amortized_pyro.gap import GapSettings
-from amortized_pyro import plots
-from amortized_pyro.reports import format_summary
-from amortized_pyro.results import Results, leaves_plateau
-from amortized_pyro.plots import plot_all
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.report import figures as plots
+from amortized_pyro.report.figures import plot_all
+from amortized_pyro.report.tables import format_summary
+from amortized_pyro.study import comparison, executors
+from amortized_pyro.study.comparison import compare, configurations
+from amortized_pyro.study.results import Results, leaves_plateau
 
 from conftest import legend_clear_of, same_records
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from amortized_pyro import AmortizedPyroError, load_data
-from amortized_pyro.data import SAMPLE_PATH, read_idx
+from amortized_pyro.runs.data import SAMPLE_PATH, read_idx
 
 quiet = dict(log=lambda line: None)
 

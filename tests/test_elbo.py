@@ -13,11 +13,11 @@ import pyro
 from pyro import poutine
 from pyro.infer import Trace_ELBO
 
-from amortized_pyro.guides import GUIDES, make_guide
+from amortized_pyro.models.guides import GUIDES, make_guide
 
 from conftest import STUDY_GUIDES, build_guide
-from amortized_pyro.svi import make_elbo
-from amortized_pyro.model import BayesianDecoderModel
+from amortized_pyro.inference.svi import make_elbo
+from amortized_pyro.models.decoder import BayesianDecoderModel
 
 from oracle import LAYERS, draw, elbo, encoder_factor, meanfield_elbo
 

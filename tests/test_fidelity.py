@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from amortized_pyro import FitConfig, fit
-from amortized_pyro.data import Data
+from amortized_pyro.runs.data import Data
 
 from conftest import STUDY_GUIDES
 

@@ -12,17 +12,19 @@ from click.testing import CliRunner
 
 import pyro
 
-from amortized_pyro import model as model_module
-from amortized_pyro.cli import cli
-from amortized_pyro.fitting import fit
-from amortized_pyro.draws import Draws
-from amortized_pyro.gap import GapSettings, gap_images, measure
-from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import converge, local_elbo, log_weights, per_draw, refine
-from amortized_pyro.optimizers import RowAdam
-from amortized_pyro.model import BayesianDecoderModel
-from amortized_pyro.gap_plots import gap_figure
-from amortized_pyro.reports import format_reports
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.gap.measure import gap_images, measure
+from amortized_pyro.local.adam import RowAdam
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.local.optimize import converge, refine
+from amortized_pyro.models import decoder as model_module
+from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.models.guides import make_guide
+from amortized_pyro.report.gap_figures import gap_figure
+from amortized_pyro.report.tables import format_reports
+from amortized_pyro.runs.fit import fit
 
 from conftest import legend_clear_of, tiny_finished_run
 

@@ -19,10 +19,10 @@ import pyro
 import pyro.distributions as dist
 
 from amortized_pyro.autoguides import AutoPerDatapointNormal, measure_gap
-from amortized_pyro.gap import GapSettings, global_draws, measure_factors
-from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import converge
-from amortized_pyro.model import BayesianDecoderModel
+from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
+from amortized_pyro.local.optimize import converge
+from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.models.guides import make_guide
 
 
 @pytest.fixture

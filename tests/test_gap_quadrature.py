@@ -9,12 +9,13 @@ import math
 import pytest
 import torch
 
-from amortized_pyro.ais import ais_log_weights
-from amortized_pyro.draws import Draws
-from amortized_pyro.gap import GapSettings, global_draws, measure
-from amortized_pyro.guides import make_guide
-from amortized_pyro.local_elbo import log_weights
-from amortized_pyro.model import BayesianDecoderModel, decode
+from amortized_pyro.gap.measure import measure
+from amortized_pyro.local.ais import ais_log_weights
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.local.gaps import GapSettings, global_draws
+from amortized_pyro.models.decoder import BayesianDecoderModel, decode
+from amortized_pyro.models.guides import make_guide
 
 N, D, Z, H, SIGMA, THETA_SD = 4, 12, 2, 6, 0.3, 0.15
 # spacing 0.025 on [-5, 5]²: under the narrowest posterior sd here (0.035) a Riemann sum of a smooth bump is

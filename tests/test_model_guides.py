@@ -6,8 +6,8 @@ import pyro
 from pyro import poutine
 
 from amortized_pyro import AmortizedPyroError, BayesianDecoderModel, make_guide
-from amortized_pyro.guides import GUIDES
-from amortized_pyro.svi import make_elbo
+from amortized_pyro.inference.svi import make_elbo
+from amortized_pyro.models.guides import GUIDES
 
 from conftest import build_guide
 

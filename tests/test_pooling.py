@@ -1,4 +1,4 @@
-"""Errors over seeds and images together (amortized_pyro.pooling): on simulated (seed, image) values with
+"""Errors over seeds and images together (amortized_pyro.gap.pooling): on simulated (seed, image) values with
 known seed and image variances, the pooled standard error matches the spread of the grand mean over
 repeats, for each seed its own images (nested) and for every seed the same images (crossed)."""
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from amortized_pyro.pooling import gap_over_seeds, pooled
+from amortized_pyro.gap.pooling import gap_over_seeds, pooled
 
 SEEDS, IMAGES, REPEATS = 3, 20, 1000
 

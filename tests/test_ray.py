@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from amortized_pyro.comparison import compare
+from amortized_pyro.study.comparison import compare
 
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from amortized_pyro.comparison import compare
+from amortized_pyro.study.comparison import compare
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")

@@ -3,9 +3,10 @@ is the derivative of what the steps end at (checked against central finite diffe
 straight-through passes the refined factor's gradient instead, which differs."""
 import torch
 
-from amortized_pyro.local_elbo import log_weights, refine
-from amortized_pyro.optimizers import SmoothAdam
-from amortized_pyro.model import decode
+from amortized_pyro.local.adam import SmoothAdam
+from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.local.optimize import refine
+from amortized_pyro.models.decoder import decode
 
 
 def toy(generator_seed=0):

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 import pyro
 
 from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
-from amortized_pyro import executors
-from amortized_pyro.cli import cli
-from amortized_pyro.evaluation import evaluate
-from amortized_pyro.comparison import compare
-from amortized_pyro.results import Results
-from amortized_pyro.runs import RunWriter
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.inference.evaluation import evaluate
+from amortized_pyro.runs.store import RunWriter
+from amortized_pyro.study import executors
+from amortized_pyro.study.comparison import compare
+from amortized_pyro.study.results import Results
 
 RUN = ["--dataset", "mnist-sample", "--n-obs", "200", "--n-test", "20", "--batch-size", "20", "--hidden", "32",
        "--z-dim", "4", "--width", "16", "--eval-every", "5", "--predictive-draws", "2", "--device", "cpu",

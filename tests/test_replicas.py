@@ -10,10 +10,10 @@ import torch
 from click.testing import CliRunner
 
 from amortized_pyro import FitConfig, fit
-from amortized_pyro.cli import cli
-from amortized_pyro.comparison import compare
-from amortized_pyro.fitting import resume
-from amortized_pyro.packs import fit_pack, fit_replicas, resume_pack
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.runs.fit import resume
+from amortized_pyro.runs.packs import fit_pack, fit_replicas, resume_pack
+from amortized_pyro.study.comparison import compare
 
 from conftest import requires_cuda
 

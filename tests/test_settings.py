@@ -10,10 +10,10 @@ from click.testing import CliRunner
 
 
 from amortized_pyro import AmortizedPyroError, FitConfig, fit
-from amortized_pyro.cli import cli
-from amortized_pyro.config import read_preset
-from amortized_pyro.evaluation import evaluate, mean_image_mse
-from amortized_pyro.svi import decays
+from amortized_pyro.cli.commands import cli
+from amortized_pyro.inference.evaluation import evaluate, mean_image_mse
+from amortized_pyro.inference.svi import decays
+from amortized_pyro.runs.config import read_preset
 
 EXPERIMENTS = Path(__file__).parents[1] / "experiments"
 SMALL = FitConfig(dataset="mnist-sample", n_obs=120, n_test=30, epochs=4, batch_size=40, hidden=16, z_dim=4,

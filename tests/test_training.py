@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from amortized_pyro import AmortizedPyroError, FitConfig, fit, load_run
-from amortized_pyro.evaluation import evaluate
-from amortized_pyro.evaluation import factor
-from amortized_pyro.guides import GUIDES
-from amortized_pyro.draws import Draws
-from amortized_pyro.local_elbo import local_elbo
-from amortized_pyro.svi import make_elbo
+from amortized_pyro.inference.evaluation import evaluate
+from amortized_pyro.inference.evaluation import factor
+from amortized_pyro.inference.svi import make_elbo
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import local_elbo
+from amortized_pyro.models.guides import GUIDES
 
 from conftest import requires_cuda, same_records
 

@@ -7,12 +7,11 @@ it on the guide's frozen globals (:func:`capacity_sweep`).
     guide = AutoAmortizedNormal(model)                  # the model's plate "data", a default MLP encoder
     svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO())
 """
-from .base import AutoLocalGuide
-from .capacity import EncoderTraining, capacity_sweep, train_fresh_encoder
-from .families import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal,
-                       AutoSharedNormal, default_encoder)
-from .gap import measure_gap
-from .local_joint import LocalJoint
+from amortized_pyro.autoguides.base import AutoLocalGuide
+from amortized_pyro.autoguides.capacity import EncoderTraining, capacity_sweep, train_fresh_encoder
+from amortized_pyro.autoguides.families import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal, default_encoder)
+from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.autoguides.local_joint import LocalJoint
 
 __all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
            "AutoSemiAmortizedNormal", "AutoSharedNormal", "EncoderTraining", "LocalJoint", "capacity_sweep",

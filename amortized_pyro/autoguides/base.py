@@ -19,10 +19,10 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 
-from ..errors import AmortizedPyroError
-from ..objectives import OBJECTIVES, q_normal
-from ..streams import outside_the_stream
-from .structure import plate_indices, read_structure
+from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
+from amortized_pyro.autoguides.structure import plate_indices, read_structure
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.support.streams import outside_the_stream
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
 DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
@@ -51,10 +51,10 @@ class AutoLocalGuide(AutoGuide):
         (mean-field Normal, AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a module of one's own
         that draws every global site when called with the model's arguments and returns site → value, and
         has ``median()`` (site → value) and ``sample(generator)`` (one draw, site → value, detached): the
-        package's flat-vector q(θ) (:class:`~amortized_pyro.posterior.DecoderPosterior`) is one.
+        package's flat-vector q(θ) (:class:`~amortized_pyro.models.q_theta.DecoderPosterior`) is one.
     :param str objective: how the guide's draws are scored: ``"elbo"`` (their density: the ELBO) or
         ``"reference"`` (as the reference studies' code does, standard deviations scored as variances: not an
-        ELBO; see :class:`~amortized_pyro.objectives.ReferenceNormal`); the global part scores its own draws
+        ELBO; see :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`); the global part scores its own draws
         so too, which needs a module of one's own with an ``objective`` attribute.
     :param callable annealing: a function of the model's arguments returning a scale β (a number, a 0-dim
         tensor, or None for none) under which the guide draws every latent site (``poutine.scale``), for a
@@ -62,7 +62,7 @@ class AutoLocalGuide(AutoGuide):
         the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p) (KL warm-up, β-VAE); None: no scale.
     :param callable datapoint_indices: a function of the model's arguments returning the indices of this
         call's datapoints among the plate's full size, for a model whose plate's subsample indices are not
-        them (seeds packed as replicas, :func:`amortized_pyro.model.data_plate`: one minibatch per replica,
+        them (seeds packed as replicas, :func:`amortized_pyro.models.decoder.data_plate`: one minibatch per replica,
         [R, B]); None: the plate's subsample indices.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
         data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,

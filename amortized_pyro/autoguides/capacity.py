@@ -20,12 +20,12 @@ import torch
 
 import pyro
 
-from ..local_elbo import log_weights
-from ..settings import Checked, option
-from ..streams import outside_the_stream
-from .families import AutoAmortizedNormal
-from .gap import measure_gap
-from .local_joint import LocalJoint
+from amortized_pyro.autoguides.families import AutoAmortizedNormal
+from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.settings import Checked, option
+from amortized_pyro.support.streams import outside_the_stream
 
 
 @dataclass

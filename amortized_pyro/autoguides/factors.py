@@ -12,9 +12,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from ..batching import rows_of
-from ..draws import Draws
-from ..local_elbo import refine
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.optimize import refine
+from amortized_pyro.support.batching import rows_of
 
 LEAKY_SLOPE = 0.2
 REFINE_GRADS = ("straight-through", "unrolled")
@@ -69,9 +69,9 @@ class AmortizedFactor(nn.Module):
 class SemiAmortizedFactor(AmortizedFactor):
     """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
     ``lr``, one draw of z each, from ``generator``) on the local ELBO at ``theta`` (the θ the guide has just
-    drawn; when evaluating, E_q[θ] or the gap's :class:`~amortized_pyro.draws.Draws`: their mean
+    drawn; when evaluating, E_q[θ] or the gap's :class:`~amortized_pyro.local.draws.Draws`: their mean
     objective), by
-    :func:`amortized_pyro.local_elbo.refine`, with ``log_joint(x, z, θ)`` the model's per-datapoint local
+    :func:`amortized_pyro.local.optimize.refine`, with ``log_joint(x, z, θ)`` the model's per-datapoint local
     log joint (given at construction, or per call). The refined factor's values are used. Gradients reach the
     encoder (``grad``) ``straight-through``: μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), as if the steps
     were the identity; or ``unrolled``: through every step, as Kim et al. do. θ is held fixed in both: q(θ)

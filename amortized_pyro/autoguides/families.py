@@ -14,11 +14,11 @@ import math
 import torch
 from torch import nn
 
-from ..draws import Draws
-from ..errors import AmortizedPyroError
-from .base import AutoLocalGuide
-from .factors import FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp
-from .local_joint import LocalJoint
+from amortized_pyro.autoguides.base import AutoLocalGuide
+from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp)
+from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.local.draws import Draws
 
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 

@@ -1,4 +1,4 @@
-"""The amortization gap of any model and guide builder: :mod:`amortized_pyro.gap`'s quantities (amortization,
+"""The amortization gap of any model and guide builder: :mod:`amortized_pyro.gap.measure`'s quantities (amortization,
 coupling and approximation gaps; log p(x_n) by IWAE and AIS; q* converged per datapoint; refinement rows),
 with the per-datapoint log joint read off the model's trace (:class:`.local_joint.LocalJoint`) and the global
 draws θ_m taken from the guide's global part.
@@ -9,8 +9,8 @@ without global latent sites has one "θ" (none): its coupling gap is zero up to 
 """
 import torch
 
-from ..gap import GapSettings, global_draws, measure_factors
-from .local_joint import LocalJoint
+from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
 
 
 def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, **kwargs):
@@ -25,7 +25,7 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own).
     :param bool seen: whether these datapoints are ones the guide was trained on; a per-datapoint guide has a
         factor only for those (otherwise its quantities are None and q* starts at N(0, I)).
-    :returns: the dict of :func:`amortized_pyro.gap.measure_factors`: summaries ("mean", "stderr" over the
+    :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors`: summaries ("mean", "stderr" over the
         datapoints) and ``per_image`` values.
     """
     settings = (settings or GapSettings()).check()

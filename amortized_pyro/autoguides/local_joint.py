@@ -4,7 +4,7 @@
 
 summed over every site inside the data plate (the local latents and the observations there), kept per
 plate element. With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
-per-datapoint optimizers of :mod:`amortized_pyro.local_elbo` and the estimators of :mod:`amortized_pyro.gap`
+per-datapoint optimizers of :mod:`amortized_pyro.local.optimize` and the estimators of :mod:`amortized_pyro.local.gaps`
 work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
 Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up, tempering),
 are left out, so the gap is that of the untempered per-datapoint ELBO.
@@ -16,7 +16,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from ..errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError
 
 
 class LocalJoint:

@@ -17,7 +17,7 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.subsample_messenger import _Subsample
 from pyro.poutine.util import prune_subsample_sites
 
-from ..errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError
 
 
 @dataclass

@@ -1,0 +1,219 @@
+"""Command line: ``python -m amortized_pyro fit|compare|plot|gap|gap-report|capacity``, a thin layer over the
+Python API (the gap commands in :mod:`amortized_pyro.cli.gap_commands`).
+
+The training options are generated from :class:`~amortized_pyro.runs.config.FitConfig`'s fields
+(:mod:`amortized_pyro.cli.options`); ``--config FILE`` reads a TOML preset, which options given on the command
+line override.
+"""
+import secrets
+import signal
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from amortized_pyro.cli.common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log, threads_option
+from amortized_pyro.cli.gap_commands import GAP_COMMANDS
+from amortized_pyro.cli.options import FiniteFloat, config_file_option, settings_options
+from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
+from amortized_pyro.report.tables import summary_text
+from amortized_pyro.runs.config import FitConfig, check_values
+from amortized_pyro.runs.fit import RESUMABLE_CHANGES, fit, prepare_data, resume
+from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
+from amortized_pyro.study.comparison import COMPARE_GAP, WIDTHS, compare
+from amortized_pyro.study.results import PLATEAU_FRACTION, Results, slug
+
+
+def default_out(config, data):
+    """runs/GUIDE[-wK]-DATA-seedS-TIME-XXXX: named for the data actually used, unique (random suffix)."""
+    dataset = slug(Path(data.name).stem or data.name)
+    width = "-w%d" % config.width if config.guide in ENCODER_GUIDES else ""
+    return Path("runs") / ("%s%s-%s-seed%d-%s-%s" % (config.guide, width, dataset, config.seed,
+                                                    time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
+
+
+def split_config(options):
+    """FitConfig fields and the remaining CLI-only options."""
+    names = {f.name for f in fields(FitConfig)}
+    return ({k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names})
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error (also: %s=1)." % DEBUG_ENV)
+def cli(debug):
+    """Amortized vs per-datapoint variational inference in a Bayesian deep generative model (Pyro)."""
+
+
+@cli.command("fit")
+@config_file_option
+@settings_options(FitConfig, grid=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME-XXXX, unique).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
+              help="Continue the run in this directory from its last checkpoint, with its own config; options "
+                   "given on the command line (e.g. a lower --lr) change it.")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Train seeds --seed … --seed+R−1 as one batched model (a replica dimension on every parameter "
+                   "and draw), each exactly the run of its seed, on the images of --seed, into OUT/seedS.")
+@overwrite_option
+@threads_option
+@friendly_errors
+def fit_command(out, resume_dir, replicas, overwrite, **options):
+    """Train one guide with SVI and write config, per-epoch metrics, checkpoints, parameters and a summary
+    to --out."""
+    settings, extra = split_config(options)
+    if resume_dir:
+        if out or overwrite or replicas > 1:
+            raise click.UsageError("--resume continues the run(s) in its own directory: drop --out, --overwrite "
+                                   "and --replicas")
+        ctx = click.get_current_context()
+        changes = {k: v for k, v in settings.items()
+                   if ctx.get_parameter_source(k) in (ParameterSource.COMMANDLINE, ParameterSource.DEFAULT_MAP)}
+        if is_pack(resume_dir):
+            fixed = sorted(set(changes) - set(RESUMABLE_CHANGES))
+            if fixed:
+                raise FixedSettings(fixed, RESUMABLE_CHANGES)
+            results = resume_pack(resume_dir, None, progress=extra["progress"], log=stderr_log, **changes)
+        else:
+            results = [resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)]
+    else:
+        config = FitConfig(**settings).check()
+        data = prepare_data(config, None, stderr_log)
+        out = Path(out) if out else default_out(config, data)
+        if replicas > 1:
+            results = fit_replicas(config, replicas, data, out, extra["progress"], stderr_log, overwrite)
+        else:
+            results = [fit(config, data=data, out=out, progress=extra["progress"], log=stderr_log, overwrite=overwrite)]
+    click.echo("\n\n".join(result.summary() for result in results))
+
+
+def comma_list(ctx, param, value):
+    """--guides, --widths, --seeds: comma-separated values, each checked by FitConfig's rules."""
+    field, kind = {"guides": ("guide", str), "widths": ("width", int), "seeds": ("seed", int)}[param.name]
+    try:
+        values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
+        if not values:
+            raise click.BadParameter("give at least one value")
+        return check_values(field, values)
+    except ValueError:
+        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
+    except AmortizedPyroError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def write_comparison(results, out, fraction):
+    """results.jsonl, summary.md and every figure into ``out``; prints the summary table."""
+    from amortized_pyro.report.figures import plot_all
+
+    results.save(out / "results.jsonl")
+    table = summary_text(results, fraction)
+    (out / "summary.md").write_text(table + "\n")
+    if not results.rows:
+        raise AmortizedPyroError("every run of the grid failed (see %s)" % (out / "summary.md"))
+    paths = plot_all(results, out, fraction)
+    click.echo(table)
+    click.echo("wrote %s, %s and %d figures into %s" % ("results.jsonl", "summary.md", len(paths), out))
+
+
+def plateau_fraction_option(command):
+    return click.option("--plateau-fraction", default=PLATEAU_FRACTION, show_default=True,
+                        type=FiniteFloat(min=0, min_open=True),
+                        help="The speed figure and table count the SVI steps until the train plug-in MSE falls below "
+                             "this fraction of the mean training image's (which ignores z): leaving the plateau.")(command)
+
+
+@cli.command("compare")
+@config_file_option
+@click.option("--guides", default=",".join(GUIDES), show_default=True, callback=comma_list,
+              help="Comma-separated guides to compare.")
+@click.option("--widths", default=",".join(map(str, WIDTHS)), show_default=True, callback=comma_list,
+              help="Comma-separated encoder widths for the amortized guide.")
+@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=comma_list,
+              help="Comma-separated seeds (initialisation and sampling; the data subset is fixed by --data-seed).")
+@click.option("--dataset", "datasets", multiple=True, default=[FitConfig.dataset], show_default=True,
+              help=FitConfig.__dataclass_fields__["dataset"].metadata["help"] + " Repeat for several datasets.")
+@click.option("--data-seed", default=0, show_default=True, type=int,
+              help="Seed of the training/test subsets (and binarization), the same for every configuration.")
+@click.option("--study", default="compare", show_default=True, help="Name of the study, shown in figure titles.")
+@plateau_fraction_option
+@settings_options(FitConfig, grid=False)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default: runs/compare-TIME-XXXX). Re-running with the same --out reuses "
+                   "finished runs and resumes interrupted ones whose config and data match.")
+@overwrite_option
+@click.option("--allow-sample", is_flag=True,
+              help="Where MNIST cannot be had, use the shipped 3,000-image sample (named mnist-sample).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run the grid's runs one after another here (local), or as Ray tasks (ray; pip install -e \".[ray]\").")
+@click.option("--ray-address", default=None,
+              help="Ray to use: none starts one on this machine; auto or ray://HOST:PORT joins a running cluster "
+                   "(then --out must be on storage every node shares).")
+@click.option("--ray-cpus-per-run", default=1.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
+              help="CPUs each run's Ray task asks for.")
+@click.option("--ray-gpus-per-run", default=None, type=FiniteFloat(min=0),
+              help="GPUs each run's Ray task asks for  [default: 1 where the runs use CUDA, else 0].")
+@click.option("--ray-retries", default=3, show_default=True, type=click.IntRange(min=0),
+              help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
+@click.option("--gap-images", default=0, show_default=True, type=click.IntRange(min=0),
+              help="After training, measure the gaps of every run (each seed) on this many training and test images "
+                   "(as the gap command, with the --gap-* settings; refinement 0/5/20/100 steps); the tables give "
+                   "the mean over seeds ± its standard error; 0 = not.")
+@settings_options(GapSettings, progress=False, prefix="gap_", defaults=COMPARE_GAP)
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Train each configuration's seeds this many at a time as one batched model (local executor): "
+                   "each replica is exactly the run of its seed, so the runs and the tables are the same.")
+@threads_option
+@friendly_errors
+def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_fraction, out, overwrite, allow_sample,
+                    executor, ray_address, ray_cpus_per_run, ray_gpus_per_run, ray_retries, gap_images, replicas,
+                    **options):
+    """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
+    gap_settings = GapSettings(**{f.name: options.pop("gap_" + f.name) for f in fields(GapSettings)})
+    settings, extra = split_config(options)
+    ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
+                       retries=ray_retries)
+    out = Path(out) if out else Path("runs") / ("compare-%s-%s" % (time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
+    try:
+        results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
+                          progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
+                          executor=executor, ray_options=ray_options, gap_images=gap_images, gap_settings=gap_settings,
+                          replicas=replicas,
+                          **settings)
+    except Interrupted as e:
+        stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again to "
+                                     "resume (the interrupted run continues from its checkpoint)"
+                                     % (signal.Signals(e.signum).name, out))
+        stopped.exit_code = e.exit_code
+        raise stopped from None
+    write_comparison(results, out, plateau_fraction)
+
+
+@cli.command("plot")
+@click.argument("results_file", metavar="RESULTS", type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Folder for the figures (default: the folder holding RESULTS).")
+@plateau_fraction_option
+@threads_option
+@friendly_errors
+def plot_command(results_file, out, plateau_fraction):
+    """Redraw every figure (and summary.md) from a saved results.jsonl alone."""
+    from amortized_pyro.report.figures import plot_all
+
+    results = Results.load(results_file)
+    out = Path(out) if out else Path(results_file).parent
+    paths = plot_all(results, out, plateau_fraction)
+    (out / "summary.md").write_text(summary_text(results, plateau_fraction) + "\n")
+    click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
+
+
+for command in GAP_COMMANDS:
+    cli.add_command(command)
+
+
+def main():
+    cli(prog_name="python -m amortized_pyro")
+

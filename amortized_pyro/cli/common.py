@@ -1,0 +1,104 @@
+"""What every command of the command line shares: errors as one line and an exit status (never a traceback
+unless --debug), how to go on from an error, logging to stderr, and a few option types."""
+import functools
+import os
+import sys
+
+import click
+import torch
+
+from amortized_pyro.cli.options import option_name
+from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, RunExists
+
+
+DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
+THREADS_ENV = "AMORTIZED_PYRO_THREADS"
+
+
+def debugging():
+    """--debug on the command line, or AMORTIZED_PYRO_DEBUG=1 in the environment."""
+    context = click.get_current_context(silent=True)
+    flag = context is not None and context.find_root().params.get("debug", False)
+    return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def friendly_errors(command):
+    """Runtime failures end in one line on stderr and exit status 1 (128 + signal number when a signal
+    stopped the run), never a traceback, unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for it."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        code = 1
+        try:
+            return command(*args, **kwargs)
+        except Exception as e:
+            if debugging():
+                raise
+            code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
+            if isinstance(e, AmortizedPyroError):
+                message = hint(e)
+            elif isinstance(e, MemoryError):
+                message = "out of memory: try a smaller --n-obs or --batch-size"
+            elif isinstance(e, (RuntimeError, OSError, ValueError)):  # torch's own, e.g. CUDA out of memory
+                message = "%s (run with --debug for the traceback)" % (str(e).strip().splitlines() or [type(e).__name__])[0]
+            else:
+                raise
+        except KeyboardInterrupt:
+            message, code = "interrupted; results written so far are kept", 130
+        click.echo("Error: %s" % message, err=True)
+        sys.exit(code)
+    return wrapper
+
+
+PROG = "python -m amortized_pyro"
+
+
+def hint(error):
+    """The error's line, with how to go on from the command line where there is a way."""
+    if isinstance(error, FixedSettings):
+        return "--resume continues a run as it was defined: it cannot change %s (only %s)" % (
+            ", ".join(map(option_name, error.fields)), ", ".join(map(option_name, error.allowed)))
+    if isinstance(error, Interrupted) and error.out:
+        return "%s: resume with %s fit --resume %s" % (error, PROG, error.out)
+    if isinstance(error, Diverged) and error.out:
+        return "%s: continue it with a lower learning rate, %s fit --resume %s --lr LR" % (error, PROG, error.out)
+    if isinstance(error, RunExists):
+        return "%s: use --resume %s to continue it or --overwrite to replace it" % (error, error.out)
+    return str(error)
+
+
+def stderr_log(line):
+    click.echo(line, err=True)
+
+
+def overwrite_option(command):
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace a run that --out already holds (otherwise refused).")(command)
+
+
+def whole_numbers(low, required=False):
+    """A click callback reading comma-separated whole numbers >= ``low`` (at least one where ``required``)."""
+    def read(ctx, param, value):
+        try:
+            values = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
+        if (required and not values) or any(v < low for v in values):
+            raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
+        return values
+    return read
+
+
+step_counts = whole_numbers(0)  # --refine-steps
+
+
+def threads_option(command):
+    """``--threads N`` (or AMORTIZED_PYRO_THREADS): torch's CPU threads for this command, default 1. On this
+    project's 2-core machine one thread lost little on an idle machine and two threads per job were many times
+    slower as soon as a second job ran beside them (bench/threads.sh, BENCHMARKS.md)."""
+    def apply(ctx, param, value):
+        torch.set_num_threads(value)
+        return value
+    return click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, envvar=THREADS_ENV,
+                        expose_value=False, callback=apply,
+                        help="CPU threads of torch (also %s). More than 1 pays only on an otherwise idle machine "
+                             "(README: Speed)." % THREADS_ENV)(command)

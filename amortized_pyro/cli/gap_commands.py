@@ -1,0 +1,121 @@
+"""The gap commands of the command line: ``gap`` (one run), ``gap-report`` (reports gathered into a table and a
+figure) and ``capacity`` (fresh encoders on a frozen q(θ)); :mod:`amortized_pyro.cli.commands` adds them to its group."""
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from amortized_pyro.autoguides.capacity import EncoderTraining
+from amortized_pyro.cli.common import (friendly_errors, overwrite_option, stderr_log, step_counts, threads_option, whole_numbers)
+from amortized_pyro.cli.options import settings_options
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.gap.capacity import sweep
+from amortized_pyro.gap.measure import measure_run
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.report.tables import format_capacity, format_gap, format_reports
+from amortized_pyro.runs.fit import finished_run
+from amortized_pyro.runs.store import atomic_write, read_info
+from amortized_pyro.study.results import load_gap_reports
+
+
+@click.command("gap")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
+              help="Measure on the run's training images or its held-out ones.")
+@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
+              help="N images of the split, drawn at random by the gap seed (--seed, plus the run's training seed unless --paired).")
+@settings_options(GapSettings)
+@click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
+              "0,5,20,100: the gap left after that many steps from the guide's factor.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the results (default: RUN_DIR/gap.json).")
+@overwrite_option
+@threads_option
+@friendly_errors
+def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwrite, progress, **settings):
+    """Measure the amortization, coupling and approximation gaps of a finished run, per image, with standard
+    errors: L_n(guide), L_n(q*), the best factor per θ draw, log p(x_n) by IWAE and by AIS, and their
+    differences (they add up to log p(x_n) − L_n(guide))."""
+
+    out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
+    if out_file.exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
+    report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log, progress)
+    out_file.write_text(json.dumps(report, indent=1) + "\n")
+    click.echo(format_gap(report))
+    click.echo("wrote %s" % out_file)
+
+
+@click.command("gap-report")
+@click.argument("folder", metavar="FOLDER", type=click.Path(file_okay=False, exists=True))
+@threads_option
+@friendly_errors
+def gap_report_command(folder):
+    """Gather the gap reports in FOLDER (the .json files `gap` writes, e.g. a run directory's gap.json, or a
+    folder of them; other .json files there are passed over) into gap_summary.md and gap_figure.png."""
+    from amortized_pyro.report.gap_figures import gap_figure
+
+    reports = load_gap_reports(folder)
+    table = format_reports(reports)
+    (Path(folder) / "gap_summary.md").write_text(table + "\n")
+    gap_figure(reports, Path(folder) / "gap_figure.png")
+    click.echo(table)
+    click.echo("wrote gap_summary.md and gap_figure.png into %s" % folder)
+
+
+@click.command("capacity")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--widths", default="64,256,1024", show_default=True, callback=whole_numbers(1, required=True),
+              help="Comma-separated encoder widths.")
+@click.option("--depths", default="1,2,3", show_default=True, callback=whole_numbers(1, required=True),
+              help="Comma-separated numbers of hidden layers.")
+@click.option("--seeds", default="0,1,2", show_default=True, callback=whole_numbers(0, required=True),
+              help="Comma-separated seeds of the encoders' initialisation and training draws.")
+@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
+              help="The gaps on the first N training and N test images.")
+@settings_options(EncoderTraining, progress=False)
+@settings_options(GapSettings)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
+                   "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")
+@overwrite_option
+@threads_option
+@friendly_errors
+def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, progress, **settings):
+    """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
+    seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
+    images: does capacity close the gap when the decoder is fixed?"""
+    training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
+    gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
+    out = Path(out_dir) if out_dir else Path(run_dir) / "capacity"
+    result, data = finished_run(run_dir, device, stderr_log)
+    run_id, path = read_info(run_dir).get("run_id"), out / "capacity.jsonl"
+    done = []
+    if path.exists() and not overwrite:
+        done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if any((r.get("run_id"), r.get("requested_images"), r["training"], r["settings"]) !=
+               (run_id, n_images, asdict(training), asdict(gap_settings)) for r in done):
+            raise AmortizedPyroError("%s holds a sweep of another run or other settings: --overwrite to replace "
+                                     "it, or --out another folder" % path)
+        stderr_log("continuing the sweep in %s (%d encoders done)" % (path, len(done) // 2))
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save(rows):
+        text = "".join(json.dumps(dict(r, run=str(run_dir), run_id=run_id, requested_images=n_images)) + "\n" for r in rows)
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+    rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log,
+                 done, save, progress)
+    table = format_capacity(rows)
+    (out / "capacity.md").write_text(table + "\n")
+    from amortized_pyro.report.gap_figures import capacity_figure
+
+    capacity_figure(rows, out / "capacity.png")
+    click.echo(table)
+    click.echo("wrote capacity.jsonl, capacity.md and capacity.png into %s" % out)
+
+
+GAP_COMMANDS = (gap_command, gap_report_command, capacity_command)

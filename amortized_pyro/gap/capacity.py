@@ -1,0 +1,92 @@
+"""Cremer et al.'s protocol, Bayesian-decoder edition: with q(θ) of a trained run frozen, fresh encoders of
+growing capacity (width × depth) are trained on the frozen decoder alone, each to convergence, and their
+amortization gap is measured on training and held-out images (:func:`amortized_pyro.gap.measure.measure`). Does
+capacity close the gap when the decoder is fixed, and does the held-out gap follow?
+
+Training an encoder φ: Adam on the local ELBO, Σ_n L_n(encoder_φ(x_n); θ) over minibatches of the run's
+training images (reshuffled each epoch), a fresh θ ~ q(θ) per step (KL(q(θ) ‖ p(θ)) does not depend on φ
+and is left out), to the convergence rule of :mod:`amortized_pyro.autoguides.capacity` (windows of epochs
+average out the noise of single epochs, whose draws are fresh). The same protocol for any model and guide
+builder is :func:`amortized_pyro.autoguides.capacity.capacity_sweep`; this one keeps the package model's
+hand-written log joint and its minibatches, for speed.
+"""
+from dataclasses import asdict
+
+import torch
+
+from amortized_pyro.autoguides.capacity import until_converged
+from amortized_pyro.gap.measure import gap_images, measure
+from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.models.guides import label, make_guide
+from amortized_pyro.support.streams import outside_the_stream
+
+
+def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
+    """A fresh amortized guide on the frozen ``q_theta`` (a copy), its encoder trained to convergence (module
+    docstring): (the guide, epochs run, whether the cap was hit, the last window's mean local ELBO per image)."""
+    generator = torch.Generator(x.device).manual_seed(seed)
+    with outside_the_stream(x.device):
+        torch.manual_seed(seed)  # the encoder's initialisation
+        guide = make_guide("amortized", model, width, encoder_layers=layers, encoder_slope=slope).to(x.device)
+    guide.q_theta.load_state_dict(q_theta.state_dict())
+    factor = guide.q_z
+    optimizer = torch.optim.Adam(factor.parameters(), lr=training.encoder_lr)
+
+    def epoch():
+        order = torch.randperm(x.shape[0], generator=generator, device=x.device)
+        total = torch.zeros((), device=x.device)
+        for rows in order.split(training.encoder_batch_size):
+            total += encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
+        return total
+
+    return (guide,) + until_converged(epoch, optimizer, training, x.shape[0])
+
+
+def encoder_step(model, q_theta, factor, optimizer, x, rows, generator):
+    """One Adam step of an encoder's ``factor`` on Σ_n L_n of the images ``rows`` at a fresh θ ~ q(θ), one z
+    draw per image; returns that objective, detached."""
+    with torch.no_grad():
+        theta = q_theta.sample(generator)
+    loc, scale = factor(x[rows], rows)
+    objective = log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum()
+    optimizer.zero_grad()
+    (-objective).backward()
+    optimizer.step()
+    return objective.detach()
+
+
+def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None,
+          progress=False):
+    """For every width × depth × seed, a fresh encoder trained on ``result``'s frozen q(θ)
+    (:func:`train_encoder`) and its gaps on ``n_images`` training and test images drawn by the gap seed
+    (:func:`~amortized_pyro.gap.measure.gap_images`: ``settings.seed`` plus the encoder's seed, or alone where
+    ``settings.paired``; every width and depth of one seed shares them): a list of rows
+    (one per encoder and split) holding the encoder, its training, and the gap report. Encoders with rows
+    in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from);
+    ``progress``: the gap's progress bars."""
+    model, q_theta = result.model, result.guide.q_theta
+    slope = result.config.encoder_slope
+    rows = list(done)
+    finished = {(r["width"], r["depth"], r["seed"]) for r in rows}
+    for width in widths:
+        for depth in depths:
+            for seed in seeds:
+                if (width, depth, seed) in finished:
+                    continue
+                guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope,
+                                                            training, seed)
+                log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.1f nats per image"
+                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
+                for split, images in (("train", data.train), ("test", data.test)):
+                    gap_seed, chosen = gap_images(settings, seed, images.shape[0], n_images)
+                    x = images[chosen.to(images.device)]
+                    idx = chosen.to(x.device) if split == "train" else None
+                    report = measure(model, guide, x, idx, settings, progress=progress, seed=gap_seed)
+                    report.pop("per_image")
+                    rows.append(dict(width=width, depth=depth, seed=seed, split=split, n_images=x.shape[0],
+                                     gap_seed=gap_seed, images=chosen.tolist(),
+                                     label=label("amortized", width), epochs=epochs, encoder_capped=capped,
+                                     encoder_elbo=elbo, training=asdict(training), **report))
+                if save:
+                    save(rows)
+    return rows

@@ -1,0 +1,64 @@
+"""The gaps of :mod:`amortized_pyro.local.gaps` for the package's model and a trained run: which images
+(:func:`gap_images`, by the gap seed), the guide's factor for them, the model's cheaper log joint (WᵀW of
+its last layer), and the report of one run and split (:func:`measure_run`, what the ``gap`` command writes).
+"""
+import torch
+
+import pyro
+
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.inference.evaluation import factor
+from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
+from amortized_pyro.models.decoder import decode
+from amortized_pyro.models.guides import config_label
+from amortized_pyro.runs.fit import finished_run
+from amortized_pyro.runs.store import read_info
+
+
+def gap_images(settings, run_seed, split_size, n_images):
+    """(the gap seed, the indices of ``n_images`` of a split's ``split_size`` images drawn without replacement
+    by it): the gap seed is ``settings.seed`` plus the run's training seed, or ``settings.seed`` alone where
+    ``settings.paired`` (every run then measured on the same images and draws)."""
+    gap_seed = settings.seed + (0 if settings.paired else run_seed)
+    return gap_seed, torch.randperm(split_size, generator=torch.Generator().manual_seed(gap_seed))[:n_images]
+
+
+@pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
+def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None):
+    """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
+    factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
+    per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
+    a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
+    ``settings.seed``)."""
+    settings = (settings or GapSettings()).check()
+    generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
+    fit, score = (model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
+    q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
+    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
+                                   progress, compact=True)
+    with torch.no_grad():
+        theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
+        plugin = model.observation_mean(decode(best.loc, theta))
+    result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
+    return result
+
+
+def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
+                progress=False):
+    """:func:`amortized_pyro.gap.measure.measure` on ``n_images`` of a finished run's training or test images, drawn
+    at random (without replacement) by the gap seed: ``settings.seed`` plus the run's training seed, or
+    ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
+    the gap seed and the images' indices (see the ``gap`` command)."""
+    settings = (settings or GapSettings()).check()
+    result, data = finished_run(run_dir, device, log)
+    images = data.train if split == "train" else data.test
+    if images.shape[0] == 0:
+        raise AmortizedPyroError("the run has no %s images" % split)
+    c = result.config
+    gap_seed, chosen = gap_images(settings, c.seed, images.shape[0], n_images)
+    x = images[chosen.to(images.device)]
+    idx = chosen.to(x.device) if split == "train" else None
+    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed)
+    return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
+                guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,
+                n_images=x.shape[0], gap_seed=gap_seed, images=chosen.tolist(), **report)

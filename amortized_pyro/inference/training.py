@@ -1,0 +1,163 @@
+"""The SVI training loop: a function of the runs it trains (one run, or seeds packed as replicas), the data
+and the schedule, from the states they continue from.
+
+Each epoch takes SVI steps (:mod:`amortized_pyro.inference.svi`) on a fresh random order of the training images in
+minibatches drawn on the device, reads the loss back once (the epoch's one host sync), and every
+``eval_every`` epochs evaluates the reconstructions (:mod:`amortized_pyro.inference.evaluation`). Pyro's validation
+(shapes, supports) runs once, on one ELBO evaluation before training and outside the random stream;
+the steps run unvalidated, so a loss that turns non-finite is what signals divergence. With a KL warm-up
+the loss of the first ``kl_warmup`` epochs is the warm-up objective, not the ELBO: it is recorded as
+``objective`` with its ``kl_scale``, and ``elbo`` is missing there. With ``objective="reference"`` (not an
+ELBO) the loss is recorded as ``objective``, and at every evaluation the true ELBO is estimated separately
+(:func:`true_elbo`) and recorded as ``elbo``; every evaluation also records q(θ)'s mean scale s̄
+(``theta_scale_mean``). ``batch_order="blocks"`` takes fixed consecutive minibatches in order (the
+authors' code) instead of a fresh random order every epoch. The loop knows nothing of files:
+after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
+SIGTERM stop it after the epoch under way (a second signal at once).
+"""
+import contextlib
+import math
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+import pyro
+
+from amortized_pyro.errors import Diverged, Interrupted
+from amortized_pyro.inference.evaluation import evaluate
+from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
+from amortized_pyro.support.signals import StopSignals
+from amortized_pyro.support.streams import outside_the_stream
+
+
+class TrainingState:
+    """What changes as a run trains, besides the guide's parameters: the optimizer, the evaluation's own
+    generator, the epochs done, their records and the training time."""
+
+    def __init__(self, guide, schedule, device):
+        self.optimizer = make_optimizer(guide, schedule.lr, schedule.weight_decay, (schedule.beta1, schedule.beta2))
+        self.evaluation_rng = torch.Generator(device).manual_seed(schedule.seed)
+        self.epoch, self.history, self.train_seconds = 0, [], 0.0
+
+
+def kl_schedule(schedule, epoch, device):
+    """The warm-up's KL scale for ``epoch`` as a device tensor (None without warm-up)."""
+    if not schedule.kl_warmup:
+        return None
+    return torch.tensor(min(1.0, epoch / schedule.kl_warmup), device=device)
+
+
+def check_once(elbo, args, device):
+    """One ELBO evaluation under Pyro's validation, without gradients and outside the random stream."""
+    with outside_the_stream(device), pyro.validation_enabled(True), torch.no_grad():
+        elbo(*args)
+
+
+def minibatches(schedule, n_obs, device, generator=None):
+    """One epoch's minibatch indices: a fresh random order (from ``generator``, by default the global
+    stream), or fixed consecutive blocks (``batch_order``)."""
+    order = torch.arange(n_obs, device=device) if schedule.batch_order == "blocks" else \
+        torch.randperm(n_obs, device=device, generator=generator)
+    return order.split(min(schedule.batch_size, n_obs))
+
+
+@torch.no_grad()
+def true_elbo(elbo, guide, data, schedule, x_all):
+    """An estimate of the ELBO (one draw per minibatch, the mean of the minibatch estimates, as the training
+    loss is) with q scored as the true Normal, outside the random stream: the ELBO of a run whose training
+    objective is not one."""
+    device = data.train.device
+    blocks = torch.arange(data.train.shape[0], device=device).split(min(schedule.batch_size, data.train.shape[0]))
+    with outside_the_stream(device), guide.scored_as("elbo"):
+        return -(sum(elbo(data.train[idx], idx, None, x_all) for idx in blocks) / len(blocks)).item()
+
+
+def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all):
+    """The record of ``epoch`` whose mean loss was ``loss`` (the ELBO's, or the objective's: see the module
+    docstring), with the evaluation where ``eval_every`` asks for one (its draws from ``state``'s generator,
+    the true ELBO's outside the training stream)."""
+    n_obs = data.train.shape[0]
+    is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
+    record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
+              "elbo_per_obs": -loss / n_obs if is_elbo else math.nan, "time": state.train_seconds}
+    if not is_elbo or kl_scale is not None:
+        record["objective"] = -loss
+    if kl_scale is not None:
+        record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
+    if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
+        if schedule.objective != "elbo":
+            record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
+            record["elbo_per_obs"] = record["elbo"] / n_obs
+        record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
+        record["theta_scale_mean"] = guide.q_theta.mean_scale().item()
+    return record
+
+
+class SingleRun:
+    """One run as :func:`train` drives it: its model, guide, state (a :class:`TrainingState`) and ELBO
+    (``schedule.particles``, ``schedule.elbo``), its minibatch orders and draws from the global stream.
+    ``after_epoch(record, last, stopping)`` is called after every epoch. Seeds packed as replicas
+    (:class:`amortized_pyro.inference.replicas.Pack`) are driven the same way."""
+
+    def __init__(self, model, guide, state, schedule, after_epoch=None):
+        self.models, self.guides, self.states = [model], [guide], [state]
+        self.elbos = [make_elbo(schedule.particles, schedule.elbo)(model, guide)]
+        self.label, self.after = guide.family, after_epoch
+
+    def epoch_losses(self, data, schedule, kl_scale, x_all):
+        """One epoch of SVI steps; the mean loss, [1], a device tensor."""
+        batches = minibatches(schedule, data.train.shape[0], data.train.device)
+        loss = sum(step(self.elbos[0], self.states[0].optimizer, data.train[idx], idx, kl_scale, x_all)
+                   for idx in batches)
+        return (loss / len(batches)).reshape(1)
+
+    def check(self, x, idx, kl_scale, x_all):
+        """Pyro's validation on one ELBO evaluation of the first minibatch (:func:`check_once`)."""
+        check_once(self.elbos[0], (x, idx, kl_scale, x_all), x.device)
+
+    def random_states(self, r):
+        """The random states run r's record is drawn under (a single run: the global ones)."""
+        return contextlib.nullcontext()
+
+    def after_epoch(self, records, last, stopping):
+        if self.after:
+            self.after(records[0], last, stopping)
+
+
+def train(runs, data, schedule, progress=True):
+    """Train ``runs`` (a :class:`SingleRun`, or seeds packed as replicas) on ``data`` (on their device) from
+    their states to epoch ``schedule.epochs``; ``schedule`` is a FitConfig (epochs, batch_size, particles,
+    kl_warmup, eval_every, predictive_draws). Raises :class:`Diverged` on a non-finite loss (``replica``:
+    the run's index), :class:`Interrupted` on a signal."""
+    device = data.train.device
+    n_obs = data.train.shape[0]
+    x_all = data.train if schedule.local_terms == "all" else None
+    first = torch.arange(min(schedule.batch_size, n_obs), device=device)
+    epoch0 = runs.states[0].epoch
+    runs.check(data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all)
+    bar = tqdm(range(epoch0 + 1, schedule.epochs + 1), desc=runs.label, unit="epoch", disable=not progress,
+               leave=False)
+    with StopSignals() as stop, pyro.validation_enabled(False):
+        for epoch in bar:
+            began = time.perf_counter()
+            kl_scale = kl_schedule(schedule, epoch, device)
+            losses = runs.epoch_losses(data, schedule, kl_scale, x_all).tolist()  # the epoch's one host sync
+            elapsed = time.perf_counter() - began
+            records = []
+            for r, (loss, model, guide, state, elbo) in enumerate(zip(losses, runs.models, runs.guides, runs.states,
+                                                                     runs.elbos)):
+                state.train_seconds += elapsed
+                if not math.isfinite(loss):
+                    raise Diverged(epoch, loss, replica=r)
+                with runs.random_states(r):
+                    records.append(epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo,
+                                                x_all))
+                state.history.append(records[-1])
+                state.epoch = epoch
+            if "train_plugin_mse" in records[0]:
+                bar.set_postfix(elbo="%.1f" % records[0]["elbo_per_obs"], mse="%.4f" % records[0]["train_plugin_mse"])
+            stopping = stop.signum is not None
+            runs.after_epoch(records, epoch == schedule.epochs, stopping)
+            if stopping:
+                raise Interrupted(stop.signum, epoch)

@@ -1,0 +1,203 @@
+"""The per-image optimizers of local ELBOs: :func:`refine` (a fixed number of Adam steps: the semi-amortized
+guide's refinement, the gap's refinement rows) and :func:`converge` (until each row's windowed stopping rule:
+the gap's q*, and with ``per_draw`` the q*_m of every θ draw at once), both on the estimates of
+:mod:`amortized_pyro.local.estimates`.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+
+from amortized_pyro.local.adam import RowAdam, SmoothAdam
+from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, weights
+
+
+@dataclass
+class StoppingRule:
+    """Per row (an image, or with ``per_draw`` a pair of image and θ draw): stop when the row's mean objective
+    over a window of ``window`` steps has not risen more than ``tolerance`` nats above its best for
+    ``patience`` windows, keeping its best window's *average* iterate; every row stops after ``max_steps``.
+    The row's learning rate halves whenever it has not so risen for ``decay_patience`` + 1 windows since it
+    last rose or halved (torch's ReduceLROnPlateau, per row).
+
+    The average of a window's iterates (Polyak–Ruppert averaging) rather than its last: at a fixed learning
+    rate Adam's iterates jitter around the optimum by the gradient noise of a few z draws, and their mean
+    sits closer to it. On an informative run, averaged and at a first learning rate of 0.05, q* and the q*_m
+    reached higher values of their own objectives in 1,500 steps than the last iterates of 3,000 steps at 0.01
+    (bench/gap_optimizer.py, BENCHMARKS.md). Cremer et al.'s rule is ``tolerance`` 0 and ``patience`` 10:
+    a window mean that creeps up by noise and ever smaller learning rates then keeps nearly every row to the
+    cap (BENCHMARKS.md)."""
+
+    window: int = 100
+    patience: int = 10
+    max_steps: int = 5000
+    decay_patience: int = 2
+    tolerance: float = 0.0
+
+
+@dataclass
+class Optimum:
+    """What :func:`converge` found: per row the best iterate (loc, log σ), the steps it took, and whether
+    it was stopped by the cap rather than by the rule (its L_n is then a lower bound on the converged one)."""
+
+    loc: torch.Tensor
+    log_scale: torch.Tensor
+    steps: torch.Tensor
+    capped: torch.Tensor
+
+
+def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None):
+    """This step's objective, in parts (one per span of θ draws, made as they are consumed, so that one
+    part's graph lives at a time), for the images x and their factors ``loc``, ``log_scale``: one θ: [n], z
+    from ``noise`` (a generator). Draws: the mean over them of each L_n(q; θ_m) ([n] in parts that add up),
+    or with ``per_draw_factor`` each one ([M, n]); ``noise`` the draws' generators. ``among``: (indices, N)
+    where x (and θ's per-image values) are the images ``indices`` of N; the z draws are then made for all N
+    and taken at the indices, so that an image's numbers do not depend on which others are computed beside it."""
+    images, n = among if among is not None else (None, x.shape[0])
+    size = loc.shape[-1]
+    live = (lambda t: t) if images is None else (lambda t: t[..., images, :])
+    if not isinstance(theta, Draws):
+        eps = live(torch.randn((draws,) + loc.shape[:-2] + (n, size), generator=noise, device=loc.device))
+        yield weights(log_joint, x, loc, log_scale.exp(), theta, eps).mean(0)
+        return
+    rows = draws * x.shape[0]
+    for start, stop in ([(0, len(theta))] if per_draw_factor else theta.chunks(rows, chunk)):
+        eps = live(theta.normal(noise[start:stop], (draws, n, size), loc.dtype))
+        values = {k: v[start:stop] for k, v in theta.values.items()}
+        w = draw_log_weights(log_joint, x, draw_rows(loc, start, stop), draw_rows(log_scale, start, stop).exp(),
+                             values, eps).mean(1)
+        yield w if per_draw_factor else w.sum(0) / len(theta)
+
+
+def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
+                         smooth=False, chunk=CHUNK):
+    """Adam on Σ_n L_n from (``loc``, ``log_scale``), ``draws`` z per image and step, at ``theta``: one θ
+    (site → tensor; z from ``generator``) or :class:`~amortized_pyro.local.draws.Draws` (z from each draw's
+    generator; the objective is the mean of L_n over the draws). Runs forever; the tensors are updated in
+    place after each step. ``differentiable``: they are non-leaf tensors and every step stays on the autograd
+    graph (gradients taken with ``create_graph``), so that what they end at can be differentiated with
+    respect to where they started. ``smooth``: the steps are :class:`SmoothAdam`'s with ε = lr (unrolled
+    refinement, in training and in evaluation alike), else torch's Adam."""
+    tensors = [loc, log_scale]
+    optimizer = (SmoothAdam(tensors, lr, eps=lr, differentiable=differentiable) if smooth
+                 else torch.optim.Adam(tensors, lr=lr))
+    noise = theta.generators() if isinstance(theta, Draws) else generator
+    with torch.enable_grad():
+        while True:
+            grads = None
+            for part in _objective(log_joint, x, loc, log_scale, theta, draws, noise, False, chunk):
+                # one backward pass per span of draws: memory bounded by the chunk
+                part_grads = torch.autograd.grad(-part.sum(), tensors, create_graph=differentiable)
+                grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
+            for tensor, grad in zip(tensors, grads):
+                tensor.grad = grad
+            optimizer.step()
+            yield
+
+
+def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False, chunk=CHUNK):
+    """``steps`` Adam steps on Σ_n L_n from (loc, log σ) at ``theta`` (one θ, or Draws: their mean
+    objective) (the semi-amortized guide, the gap's refinement rows); returns (loc, log σ), detached, or,
+    ``unrolled`` and where (loc, log σ) carry gradients, still on the graph through every step (Kim et al.
+    2018's semi-amortized training). Unrolled steps are :class:`SmoothAdam`'s with ε = lr, with or without
+    the graph, so that an unrolled SA-VI guide refines alike when trained and when evaluated."""
+    graph = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
+    if graph:
+        loc, log_scale = loc.clone(), log_scale.clone()
+    else:
+        loc, log_scale = loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
+    for _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
+                                                    graph, unrolled, chunk)):
+        pass
+    return (loc, log_scale) if graph else (loc.detach(), log_scale.detach())
+
+
+def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None, per_draw=False, compact=False,
+             chunk=CHUNK, bar=None):
+    """Adam on L_n from (loc, log σ) [n, size] for every image at once until each row has stopped by
+    ``rule`` (a :class:`StoppingRule`) or the cap. A row is an image, or with ``per_draw`` a pair of image and
+    θ draw; each has its own learning rate, halvings, stopping and best iterate, so that its numbers do not
+    depend on the rows beside it. ``theta``: one θ (z from ``generator``) or Draws: the objective is the mean
+    over the draws of L_n(q; θ_m) (the gap's q*), or with ``per_draw`` one factor per draw on L_n(q; θ_m)
+    alone (the q*_m), all at once in spans of draws that fit the chunk; the Optimum's tensors then lead with
+    the draws ([M, n, …]). ``compact``: an image leaves the computation once its rows have stopped; right
+    where ``log_joint(x[idx], z, theta.images(idx))`` is the rows idx of the whole (the package's model; not
+    a log joint that reads the data from elsewhere). One host sync per window. ``bar``: a tqdm progress bar,
+    advanced by the steps of every window. Returns an :class:`Optimum`."""
+    if not per_draw:
+        if bar is not None:
+            bar.reset(total=rule.max_steps)
+        best = _converge(log_joint, x, loc[None], log_scale[None], theta, lr, rule, draws, generator, False, compact,
+                         chunk, bar)
+        return Optimum(best.loc[0], best.log_scale[0], best.steps[0], best.capped[0])
+    n = loc.shape[-2]
+    chunks = theta.chunks(draws * n, chunk)
+    if bar is not None:
+        bar.reset(total=rule.max_steps * len(chunks))
+    spans = [_converge(log_joint, x, loc.expand(stop - start, *loc.shape), log_scale.expand(stop - start,
+                       *log_scale.shape), theta.part(start, stop), lr, rule, draws, None, True, compact, chunk, bar)
+             for start, stop in chunks]
+    return Optimum(*(torch.cat([getattr(s, f) for s in spans]) for f in ("loc", "log_scale", "steps", "capped")))
+
+
+def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, per_draw_factor, compact, chunk, bar):
+    """:func:`converge` for the rows of ``loc``, ``log_scale`` [R, n, size] (R = 1, or the draws')."""
+    shape, like = loc.shape[:2], loc
+    best = torch.full(shape, -math.inf, dtype=like.dtype, device=like.device)
+    steps = torch.full(shape, rule.max_steps, dtype=torch.long, device=like.device)
+    running = torch.ones(shape, dtype=torch.bool, device=like.device)
+    best_loc, best_log_scale = loc.detach().clone(), log_scale.detach().clone()
+    images = torch.arange(shape[1], device=like.device)  # the images still computed
+    adam = RowAdam([loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()],
+                   torch.full(shape + (1,), float(lr), dtype=like.dtype, device=like.device))
+    stale, bad = (torch.zeros(shape, dtype=torch.long, device=like.device) for _ in range(2))
+    rose_to = best.clone()  # each row's level at its last rise that counted
+    window, sums = 0, [0, 0]
+    noise = theta.generators() if isinstance(theta, Draws) else generator
+    live_x, live_theta, among = x, theta, None  # the images computed (compact: those not yet stopped)
+    for step in range(1, rule.max_steps + 1):
+        params, grads, objective = adam.params, None, 0
+        with torch.enable_grad():
+            for part in _objective(log_joint, live_x, params[0] if per_draw_factor else params[0][0],
+                                   params[1] if per_draw_factor else params[1][0], live_theta, draws, noise,
+                                   per_draw_factor, chunk, among):
+                part_grads = torch.autograd.grad(-part.sum(), params)  # one backward pass per span of draws
+                grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
+                objective = objective + part.detach()
+        adam.step(grads)
+        objective = objective if per_draw_factor else objective.unsqueeze(0)
+        window = window + objective
+        sums = [total + p.detach() for total, p in zip(sums, adam.params)]
+        if step % rule.window:
+            continue
+        live = images if compact else slice(None)
+        mean, (avg_loc, avg_log_scale) = window / rule.window, (total / rule.window for total in sums)
+        window, sums = 0, [0, 0]
+        higher = running[:, live] & (mean > best[:, live])
+        best[:, live] = torch.where(higher, mean, best[:, live])
+        best_loc[:, live] = torch.where(higher[..., None], avg_loc, best_loc[:, live])
+        best_log_scale[:, live] = torch.where(higher[..., None], avg_log_scale, best_log_scale[:, live])
+        rose = mean > rose_to[:, live] + rule.tolerance  # a rise that counts: above the tolerance
+        rose_to[:, live] = torch.where(rose, mean, rose_to[:, live])
+        stale[:, live] = torch.where(rose, 0, stale[:, live] + 1)
+        bad[:, live] = torch.where(rose, 0, bad[:, live] + 1)
+        halve = bad[:, live] > rule.decay_patience
+        adam.lr = torch.where(halve[..., None], adam.lr / 2, adam.lr)
+        bad[:, live] = torch.where(halve, 0, bad[:, live])
+        done = running[:, live] & (stale[:, live] >= rule.patience)
+        steps[:, live] = torch.where(done, step, steps[:, live])
+        running[:, live] = running[:, live] & ~done
+        left = int(running.sum())  # the window's one sync
+        if bar is not None:
+            bar.update(rule.window if left else rule.max_steps - step + rule.window)
+        if not left:
+            break
+        if compact:
+            keep = running[:, images].any(0)
+            if not keep.all():
+                images = images[keep]
+                adam.keep(keep.nonzero().squeeze(-1))
+                live_x, among = x[images], (images, x.shape[0])
+                live_theta = theta.images(images) if isinstance(theta, Draws) else theta
+    return Optimum(best_loc, best_log_scale, steps, running)

@@ -1,0 +1,213 @@
+"""The generative model p(θ) p(z) p(x | z, θ) of a Bayesian VAE-like decoder.
+
+    θ_j ~ Normal(0, prior_scale)                    every weight and bias of the decoder Ω
+    z_n ~ Normal(0, I_{z_dim})                       n = 1..N
+    x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})    likelihood "normal" (pixels in [0, 1])
+    x_n ~ Bernoulli(sigmoid(Ω(z_n; θ)))              likelihood "bernoulli" (binary pixels)
+
+Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2). The local sites live in
+``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
+minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once. With
+``local_terms="all"`` (the authors' code) z_1..N sit in an unsubsampled plate ``latents``: every step
+scores all N latents, unscaled, and only the minibatch's likelihood, scaled by N/B (still unbiased).
+
+KL warm-up: with a ``kl_scale`` β (a 0-dim tensor), the latent sites θ and z sit under
+``poutine.scale(β)`` in model and guide alike, so the objective becomes
+E_q[log p(x | z, θ)] − β [KL(q(θ) ‖ p(θ)) + Σ_n KL(q(z_n) ‖ p(z_n))], the ELBO at β = 1.
+"""
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+import pyro
+import pyro.distributions as dist
+from pyro import poutine
+
+from amortized_pyro.models.modules import LocalModule
+from amortized_pyro.support.batching import rows_of
+
+LEAKY_SLOPE = 0.2
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class FixedScaleNormal(dist.Normal):
+    """Normal(loc, scale²) with one number ``scale`` for every element.
+
+    The same density as ``dist.Normal(loc, scale)``, log N(v | m, s²) = −(v − m)² / 2s² − log s − ½ log 2π,
+    but computed without materialising the broadcast scale: torch's Normal squares and logs it elementwise,
+    which for the 1,000 × 784 likelihood costs as much as the residual itself.
+    """
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.fixed_scale = float(scale)
+        super().__init__(loc, self.fixed_scale, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        return FixedScaleNormal(self.loc.expand(batch_shape), self.fixed_scale, validate_args=False)
+
+    def log_prob(self, value):
+        if dist.is_validation_enabled():  # torch's own formula, with its checks of the value
+            return super().log_prob(value)
+        return (value - self.loc).square().mul(-0.5 / self.fixed_scale ** 2).sub(math.log(self.fixed_scale)
+                                                                                  + HALF_LOG_2PI)
+
+
+def decoder_shapes(z_dim, hidden, x_dim):
+    """Site name → shape of every decoder weight and bias (torch.nn.Linear's [out, in] convention)."""
+    return {
+        "decoder.w1": (hidden, z_dim),
+        "decoder.b1": (hidden,),
+        "decoder.w2": (hidden, hidden),
+        "decoder.b2": (hidden,),
+        "decoder.w3": (x_dim, hidden),
+        "decoder.b3": (x_dim,),
+    }
+
+
+def _layer(h, weight, bias):
+    """h W^T + b, for weights with or without a leading draw dimension (see :func:`decode`)."""
+    if weight.dim() == 2:
+        return F.linear(h, weight, bias)
+    if weight.dim() == 3 and h.dim() == 4 and h.shape[0] == weight.shape[0] > 1:  # the gap's draws (decode)
+        rows = h.shape[:-1]
+        h = torch.baddbmm(bias.unsqueeze(-2), h.reshape(weight.shape[0], -1, h.shape[-1]), weight.transpose(-1, -2))
+        return h.reshape(rows + (weight.shape[-2],))
+    return torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
+
+
+def hidden(z, theta):
+    """The decoder's last hidden layer for latents z (see :func:`decode`)."""
+    h = z
+    for layer in (1, 2):
+        h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), LEAKY_SLOPE)
+    return h
+
+
+def decode(z, theta):
+    """Ω(z; θ): the decoder's mean for latents z [..., B, z_dim] and weights ``theta`` (site → tensor).
+
+    Weights may carry a leading dimension P (particles, the gap's θ draws): [P, H, z_dim] with z [P, B, z_dim]
+    or z [D, P, B, z_dim] (broadcast: SA-VI's one z draw per particle, D = 1), or z [P, S, B, z_dim] (the
+    gap's S z draws per weight draw, P > 1: one matrix product of S·B rows per draw). A z [D, P, B, z_dim]
+    with D = P > 1 would read as the latter: nothing here makes one.
+    """
+    return _layer(hidden(z, theta), theta["decoder.w3"], theta["decoder.b3"])
+
+
+GRAM = ("gram.WtW", "gram.Wt(x-b)", "gram.|x-b|2")
+
+
+def without_data_dim(value, event_shape):
+    """Drop the size-1 ``data`` plate dimension that a global site gets under vectorized particles.
+
+    With ``Trace_ELBO(vectorize_particles=True)`` a global site has batch shape [P, 1]; the decoder wants
+    [P]. Without particles the value is returned as it is.
+    """
+    batch_dims = value.dim() - len(event_shape)
+    if batch_dims == 0:
+        return value
+    return value.reshape(value.shape[: batch_dims - 1] + tuple(event_shape))
+
+
+LIKELIHOODS = ("normal", "bernoulli")
+LOCAL_TERMS = ("minibatch", "all")
+
+
+def data_plate(n_obs, idx):
+    """``pyro.plate("data", N, subsample=idx)`` for a minibatch's indices idx [B], its terms scaled by N/B.
+
+    Seeds packed as replicas (:mod:`amortized_pyro.inference.replicas`, an outer plate around model and guide) each
+    take their own minibatch, idx [R, B]; a plate holds one subsample, so its indices are then the
+    minibatch's positions 0..B−1 (the same scale N/B), and the images' indices are idx itself."""
+    positions = idx if idx.dim() == 1 else torch.arange(idx.shape[-1], device=idx.device)
+    return pyro.plate("data", n_obs, subsample=positions)
+
+
+def kl_scaled(kl_scale):
+    """``poutine.scale(kl_scale)`` around the latent sites, or nothing where there is no warm-up."""
+    return contextlib.nullcontext() if kl_scale is None else poutine.scale(scale=kl_scale)
+
+
+class BayesianDecoderModel(LocalModule):
+    """The Pyro model ``model(x, idx, kl_scale=None)``: x is a minibatch [B, x_dim], idx its indices [B]
+    among N (replicas: [R, B, x_dim] and [R, B], see :func:`data_plate`), kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
+    no parameters: every weight of the decoder is a latent variable."""
+
+    def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
+                 likelihood="normal", local_terms="minibatch"):
+        super().__init__()
+        self.local_terms = local_terms
+        self.n_obs = n_obs
+        self.x_dim = x_dim
+        self.z_dim = z_dim
+        self.shapes = decoder_shapes(z_dim, hidden, x_dim)
+        self.prior_scale = prior_scale
+        self.obs_scale = obs_scale
+        self.likelihood = likelihood
+
+    def observation(self, out):
+        """p(x | z, θ) given the decoder's output ``out`` = Ω(z; θ), one event per image."""
+        if self.likelihood == "bernoulli":
+            return dist.Bernoulli(logits=out).to_event(1)
+        return FixedScaleNormal(out, self.obs_scale).to_event(1)
+
+    def local_log_joint(self, x, z, theta):
+        """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ (with the
+        terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
+        prior = -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI  # log N(z; 0, I) in closed form
+        if GRAM[0] not in theta:
+            return self.observation(decode(z, theta)).log_prob(x) + prior
+        # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
+        h = hidden(z, theta)  # [M, S, n, H]
+        gram, linear, offset = (theta[name] for name in GRAM)  # [M, H, H], [M, n, H], [M, n]
+        hg = torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape)
+        square = offset.unsqueeze(1) + ((hg - 2 * linear.unsqueeze(1)) * h).sum(-1)  # one product with h, not two
+        return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
+
+    @torch.no_grad()
+    def with_gram(self, draws, x):
+        """The gap's θ draws (:class:`~amortized_pyro.local.draws.Draws`, site → [M, ...]) with the terms that make
+        the normal likelihood of the images x cost H² per z draw instead of H·x_dim (WᵀW, and per image Wᵀ(x −
+        b) and ‖x − b‖² of the last layer), or as they are for the Bernoulli likelihood. Hand-written for
+        speed: the last layer is 72% of the decoder's arithmetic at the reference size, and the gap's θ and x
+        stay fixed for thousands of steps (BENCHMARKS.md)."""
+        values = draws.values
+        if self.likelihood != "normal" or not values:
+            return draws
+        weight, bias = values["decoder.w3"], values["decoder.b3"]  # [M, x_dim, H], [M, x_dim]
+        residual = x - bias.unsqueeze(1)  # [M, n, x_dim]
+        terms = (weight.transpose(-1, -2) @ weight, residual @ weight, residual.square().sum(-1))
+        return draws.with_values(dict(values, **dict(zip(GRAM, terms))), per_image=GRAM[1:])
+
+    def observation_mean(self, out):
+        """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""
+        return torch.sigmoid(out) if self.likelihood == "bernoulli" else out
+
+    def sample_decoder(self, zero):
+        """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
+        an outer plate at dim −2 (particles, replicas: batch shape [P, 1]) each tensor is [P, *shape]."""
+        theta = {}
+        for name, shape in self.shapes.items():
+            prior = FixedScaleNormal(zero.expand(shape), self.prior_scale).to_event(len(shape))
+            theta[name] = without_data_dim(pyro.sample(name, prior), shape)
+        return theta
+
+    def prior_z(self, zero):
+        """p(z_n) = N(0, I_{z_dim}), one event per image."""
+        return FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+
+    def forward(self, x, idx, kl_scale=None, x_all=None):
+        zero = x.new_zeros(())
+        with kl_scaled(kl_scale):
+            theta = self.sample_decoder(zero)
+        prior_z = self.prior_z(zero)
+        if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
+            with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
+                z = rows_of(pyro.sample("z", prior_z), idx)
+        with data_plate(self.n_obs, idx):
+            if self.local_terms != "all":
+                with kl_scaled(kl_scale):
+                    z = pyro.sample("z", prior_z)
+            pyro.sample("x", self.observation(decode(z, theta)), obs=x)

@@ -1,0 +1,148 @@
+"""Variational families q(θ) q(z_{1..N}) of the package's model: one shared mean-field q(θ), four families for
+q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the model.
+
+    q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias (posterior.py)
+    q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
+        amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
+        semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018)
+        per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
+        shared          one μ, σ for every n           (constant-VI)
+
+q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.DecoderPosterior`, flat vectors for
+speed); the warm-up's ``kl_scale`` is their ``annealing``; the studies' objective their ``objective``;
+``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
+per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
+studies' code starts them (``qz_init="random"``), drawn from a generator seeded with the run's seed. The
+encoder (``encoder_layers`` hidden layers of width k) starts with PyTorch's default Linear initialisation,
+from the global stream. A guide's ``state_dict`` holds all its parameters (``q_theta.loc``,
+``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or ``q_z.encoder.*``).
+"""
+import re
+from collections import namedtuple
+from functools import partial
+
+import torch
+
+import pyro
+
+from amortized_pyro.autoguides.factors import mlp
+from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal)
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.models.decoder import LEAKY_SLOPE, data_plate
+from amortized_pyro.models.modules import LocalModule
+from amortized_pyro.models.q_theta import THETA_INIT_SCALE, DecoderPosterior
+
+Family = namedtuple("Family", "name label encoder in_studies")
+FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),
+                                Family("per-datapoint", "F-VI", False, True),
+                                Family("shared", "constant-VI", False, True))}
+GUIDES = tuple(FAMILIES)  # the families, in display order
+ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
+
+
+def label(family, width=None, refine_steps=None, refine_grad="straight-through"):
+    """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
+    refinement steps, where given; `` unrolled`` where the gradient goes through them), ``F-VI``,
+    ``constant-VI``."""
+    f = FAMILIES[family]
+    if not f.encoder:
+        return f.label
+    name = "%s k=%d" % (f.label, width)
+    if family == "semi-amortized" and refine_steps is not None:
+        name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
+    return name
+
+
+def config_label(config):
+    """:func:`label` of a run's configuration (a FitConfig)."""
+    return label(config.guide, config.width, config.refine_steps, config.refine_grad)
+
+
+def display_order(name):
+    """A label's place in tables: A-VI by width, SA-VI by width (then refinement steps, straight-through
+    first), then F-VI, then constant-VI; anything a table appends to a label (``, N 2500``) last."""
+    labels = [f.label for f in FAMILIES.values()]
+    family, width, steps, rest = re.fullmatch(r"(%s)(?: k=(\d+))?(?: r=(\d+))?(.*)" % "|".join(map(re.escape, labels)),
+                                              name).groups()
+    return (labels.index(family), int(width or 0), int(steps or 0), rest)
+
+
+# The builders with their parameters in the module whatever Pyro's global setting (a run's state is its guide's
+# state_dict; two guides never share a parameter): with module_local_params off, Pyro puts a PyroModule's
+# submodules into its global param store.
+class AmortizedGuide(LocalModule, AutoAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoAmortizedNormal`, module-local."""
+
+
+class SemiAmortizedGuide(LocalModule, AutoSemiAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSemiAmortizedNormal`, module-local."""
+
+
+class PerDatapointGuide(LocalModule, AutoPerDatapointNormal):
+    """:class:`~amortized_pyro.autoguides.AutoPerDatapointNormal`, module-local."""
+
+
+class SharedGuide(LocalModule, AutoSharedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSharedNormal`, module-local."""
+
+
+BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, PerDatapointGuide, SharedGuide)}
+
+
+# The model's arguments (x, idx, kl_scale, x_all) as the builders' options read them: module-level functions,
+# so that a guide pickles.
+def _warmup_scale(x, idx, kl_scale=None, x_all=None):
+    return kl_scale
+
+
+def _minibatch(x, idx, kl_scale=None, x_all=None):
+    return idx  # [B], or [R, B] for a pack of seeds, whose plate holds positions (model.data_plate)
+
+
+def _minibatch_plate(n_obs, x, idx, kl_scale=None, x_all=None):
+    return data_plate(n_obs, idx)
+
+
+def _latents_plate(n_obs, x, idx, kl_scale=None, x_all=None):
+    return pyro.plate("latents", n_obs)
+
+
+def _minibatch_images(x, idx, kl_scale=None, x_all=None):
+    return x
+
+
+def _every_image(x, idx, kl_scale=None, x_all=None):
+    return x if x_all is None else x_all  # x: a measurement's images (see :func:`factor`)
+
+
+def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
+               refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
+               refine_grad="straight-through"):
+    """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
+    :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
+    ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
+    (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``,
+    ``refine_lr`` and ``refine_grad`` SA-VI's refinement (with the model's hand-written local log joint),
+    ``objective`` how q is scored. A FitConfig checks these values before a run; here only what would
+    otherwise fail obscurely is refused."""
+    if family not in FAMILIES:
+        raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
+    if FAMILIES[family].encoder and width < 1:
+        raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
+    every = model.local_terms == "all"
+    options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective,
+                   globals=DecoderPosterior(model.shapes, init_scale), annealing=_warmup_scale,
+                   create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
+                   datapoint_indices=None if every else _minibatch)
+    if FAMILIES[family].encoder:
+        options.update(encoder=mlp(model.x_dim, width, encoder_layers, encoder_slope),
+                       encoder_input=_every_image if every else _minibatch_images)
+    else:
+        options.update(init=qz_init, seed=seed)
+    if family == "semi-amortized":
+        # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
+        options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint)
+    guide = BUILDERS[family](model, **options)
+    x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
+    guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)
+    return guide

@@ -1,0 +1,229 @@
+"""Figures of a comparison, drawn from its saved results alone (matplotlib, PNG).
+
+    fig1_neg_elbo       −ELBO per observation against epoch (log scale; symmetric-log where the ELBO
+                        turns positive, as it can with a sharp normal likelihood)
+    fig2_train_mse      plug-in (solid) and posterior-predictive (dotted) reconstruction MSE on the
+                        training images against epoch, with the mean training image's MSE as a dashed line
+    fig3_test_mse       the same on held-out images (F-VI has none)
+    fig4_speed          SVI steps until the train plug-in MSE falls below a fraction (0.9) of the mean
+                        image's, i.e. until z is used (box over seeds), and ms per epoch
+    fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
+    fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
+    fig7_gaps           (with measured gaps; also from ``gap`` reports) the amortization gap against encoder width, train and test,
+                        with F-VI and constant-VI as reference lines, and the gap left after k refinement steps
+
+Curves show the mean over seeds with a band from the minimum to the maximum seed.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from amortized_pyro.models.guides import FAMILIES, display_order
+from amortized_pyro.report.gap_figures import gap_figure
+from amortized_pyro.report.style import configuration_colors, legend_outside, plt, save_figure
+from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug
+
+
+def _curves(results, dataset, key):
+    """{label: (epochs, values [seeds, epochs])} for one dataset, configurations in display order."""
+    per_label = {}
+    for (ds, name, seed), rows in sorted(results.runs().items()):
+        if ds == dataset:
+            per_label.setdefault(name, []).append(rows)
+    curves = {}
+    for name in sorted(per_label, key=display_order):
+        length = min(len(rows) for rows in per_label[name])
+        values = np.array([[r[key] for r in rows[:length]] for rows in per_label[name]], dtype=float)
+        if not np.isnan(values).all():
+            curves[name] = (np.array([r["epoch"] for r in per_label[name][0][:length]]), values)
+    return curves
+
+
+def _title(results, dataset, what):
+    rows = [r for r in results.rows if r["dataset"] == dataset]
+    seeds = len({r["seed"] for r in rows})
+    study = rows[0]["study"]
+    return "%s\n(%s study: %s, N=%d, %d epochs, %d seed%s)" % (
+        what, study, dataset, rows[0]["n_obs"], max(r["epoch"] for r in rows), seeds, "s" * (seeds > 1))
+
+
+def set_log_scale(ax, values):
+    """Log scale, or symmetric-log where some values are not positive."""
+    finite = np.concatenate([np.ravel(v) for v in values]) if values else np.array([1.0])
+    finite = finite[np.isfinite(finite)]
+    if len(finite) and finite.min() <= 0:
+        ax.set_yscale("symlog", linthresh=max(1.0, float(np.abs(finite).min())))
+    else:
+        ax.set_yscale("log")
+
+
+def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=False, baseline=None):
+    """One panel per dataset: the mean over seeds of each key in ``keys`` (solid, then dotted) against epoch,
+    with a min–max band; ``baseline`` names the mean-image key to draw as a dashed line."""
+    datasets = sorted({r["dataset"] for r in results.rows})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(9.5 * len(datasets), 4.5), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        plotted = []
+        for key, style in zip(keys, ("-", ":")):
+            curves = _curves(results, dataset, key)
+            colors = configuration_colors(list(curves))
+            for name, (epochs, values) in curves.items():
+                values = -values if negate else values
+                plotted.append(values)
+                tag = name if len(keys) == 1 else "%s (%s)" % (name, key.split("_")[1])
+                ax.plot(epochs, np.nanmean(values, 0), style, color=colors[name], label=tag, lw=1.5)
+                if len(values) > 1 and style == "-":
+                    ax.fill_between(epochs, np.nanmin(values, 0), np.nanmax(values, 0), color=colors[name],
+                                    alpha=0.2)
+        reference = results.baseline(dataset) if baseline else None
+        if reference and reference[baseline] == reference[baseline]:
+            ax.axhline(reference[baseline], color="black", ls="--", lw=1, label="mean training image (ignores z)")
+        ax.set(xlabel="epoch", ylabel=ylabel, title=_title(results, dataset, what))
+        ax.title.set_fontsize(9)
+        if log_scale:
+            set_log_scale(ax, plotted)
+        ax.grid(alpha=0.3)
+        legend_outside(ax)
+    return save_figure(fig, path)
+
+
+def speed_figure(results, path, fraction=PLATEAU_FRACTION):
+    datasets = sorted({r["dataset"] for r in results.rows})
+    fig, axes = plt.subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
+    for col, dataset in enumerate(datasets):
+        runs = {}
+        for (ds, name, seed), rows in results.runs().items():
+            if ds == dataset:
+                runs.setdefault(name, []).append(rows)
+        names = sorted(runs, key=display_order)
+        baseline = results.baseline(dataset)
+        reached = [[i for i in (iterations_to_leave(r, baseline, fraction) for r in runs[n]) if i is not None]
+                   for n in names]
+        ax = axes[0][col]
+        ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
+        for i, (name, r) in enumerate(zip(names, reached)):
+            ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
+                        xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+        what = "SVI steps until train plug-in MSE < %g × the mean image's (z used)" % fraction
+        ax.set(ylabel="SVI steps", title=_title(results, dataset, "Speed: " + what))
+        ax.title.set_fontsize(9)
+        ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
+        ax = axes[1][col]
+        ax.bar(range(len(names)), [np.mean(m) for m in ms], yerr=[np.std(m) for m in ms],
+               color=[configuration_colors(names)[n] for n in names], capsize=3)
+        ax.set_xticks(range(len(names)), names)
+        ax.set(ylabel="training time per epoch (ms)", title="wall-clock time per epoch (mean ± sd over seeds)")
+        ax.title.set_fontsize(9)
+        for a in axes[:, col]:
+            a.tick_params(axis="x", labelsize=8, rotation=20)
+            a.grid(alpha=0.3, axis="y")
+    return save_figure(fig, path)
+
+
+def reconstruction_figure(results, dataset, path):
+    """Originals and every configuration's reconstructions of ``dataset``, or None where none were saved."""
+    recs = [r for r in results.reconstructions if r["dataset"] == dataset]
+    if not recs:
+        return None
+    names = ["original"] + sorted({r["label"] for r in recs if r["label"] != "original"}, key=display_order)
+    images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
+    n = max(len(v) for v in images.values())
+    side = int(round(np.sqrt(next(iter(images.values())).shape[1])))
+    fig, axes = plt.subplots(2 * n, len(names), figsize=(1.2 * len(names), 1.2 * 2 * n + 0.8), squeeze=False)
+    for col, name in enumerate(names):
+        for s, split in enumerate(("train", "test")):
+            for i in range(n):
+                ax = axes[s * n + i][col]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                block = images.get((name, split))
+                if block is not None and i < len(block):
+                    ax.imshow(block[i].reshape(side, side), cmap="gray", vmin=0, vmax=1)
+                else:
+                    ax.text(0.5, 0.5, "n/a", ha="center", va="center", fontsize=7, transform=ax.transAxes)
+                if i == 0 and s == 0:
+                    ax.set_title(name, fontsize=7)
+                if col == 0:
+                    ax.set_ylabel("%s %d" % (split, i + 1), fontsize=7)
+    fig.suptitle(_title(results, dataset, "Plug-in reconstructions m(Ω(E[z]; E[θ])); F-VI has no q(z) for test images"),
+                 fontsize=8)
+    return save_figure(fig, path)
+
+
+def seeds_figure(results, path):
+    datasets = sorted({r["dataset"] for r in results.rows})
+    names = sorted({r["label"] for r in results.rows}, key=display_order)
+    panels = [(dataset, name) for dataset in datasets for name in names]
+    ncols = min(3, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    for ax, (dataset, name) in zip(axes.flat, panels):
+        curves = _curves(results, dataset, "elbo_per_obs")
+        if name in curves:
+            epochs, values = curves[name]
+            seeds = sorted({s for (ds, n, s) in results.runs() if (ds, n) == (dataset, name)})
+            for seed, seed_values in zip(seeds, values):
+                ax.plot(epochs, -seed_values, lw=1, label="seed %d" % seed)
+            ax.legend(fontsize=7)
+            set_log_scale(ax, [-values])
+        ax.set_title("%s: %s" % (dataset, name), fontsize=8)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.set_ylabel("−ELBO per observation (nats)", fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(_title(results, datasets[0], "−ELBO of every seed"), fontsize=9)
+    return save_figure(fig, path)
+
+
+def plot_all(results, out, fraction=PLATEAU_FRACTION):
+    """Draw every figure into ``out``; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "fig1_neg_elbo.png", out / "fig2_train_mse.png", out / "fig3_test_mse.png", out / "fig4_speed.png"]
+    curve_figure(results, ["elbo_per_obs"], "−ELBO per observation (nats)", "−ELBO", paths[0], log_scale=True, negate=True)
+    for split, path in (("train", paths[1]), ("test", paths[2])):
+        curve_figure(results, ["%s_plugin_mse" % split, "%s_predictive_mse" % split],
+                     "%s reconstruction MSE" % split, "%s MSE: plug-in (solid), predictive (dotted)" % split.title(),
+                     path, log_scale=True, baseline="%s_mse" % split)
+    speed_figure(results, paths[3], fraction)
+    for dataset in sorted({r["dataset"] for r in results.rows}):
+        path = out / ("fig5_reconstructions_%s.png" % slug(dataset))
+        if reconstruction_figure(results, dataset, path) is not None:
+            paths.append(path)
+    paths.append(out / "fig6_elbo_seeds.png")
+    seeds_figure(results, paths[-1])
+    if results.gaps:
+        paths.append(out / "fig7_gaps.png")
+        gap_figure(results.gaps, paths[-1])
+    return paths
+
+
+STUDY_RUN = ("study", "dataset", "label", "seed")  # merged studies: the same configuration and seed in each
+
+
+def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
+    """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
+    (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    studies = sorted({r["study"] for r in results.rows})
+    colors = dict(zip(studies, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
+    runs = results.runs(by=STUDY_RUN)
+    for (study, dataset, name, seed), rows in sorted(runs.items()):
+        baseline = results.baseline(dataset)["train_mse"]
+        steps = [r["iteration"] for r in rows]
+        style = "-" if name.startswith(FAMILIES["amortized"].label) else "--"
+        first = seed == min(s for (st, d, n, s) in runs if (st, d, n) == (study, dataset, name))
+        tag = "%s, %s" % (study, name) if first else None
+        left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)
+        right.plot(steps, [r["theta_scale_mean"] for r in rows], style, color=colors[study], lw=1, label=tag)
+    left.axhline(fraction, color="black", ls=":", lw=1, label="%g × mean image" % fraction)
+    left.set(xlabel="steps", ylabel="train plug-in MSE ÷ mean image's (log scale)", yscale="log",
+             title="Leaving the mean-image plateau")
+    right.set(xlabel="steps", ylabel="mean scale s̄ of q(θ)", yscale="log", title="q(θ)'s scale")
+    for ax in (left, right):
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3)
+        legend_outside(ax)
+    return save_figure(fig, path)
+

@@ -1,0 +1,35 @@
+"""What every figure shares: the Agg backend, a colour per configuration, legends beside the axes, saving."""
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from amortized_pyro.models.guides import FAMILIES
+
+COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
+FAMILY_COLORS = dict(zip(FAMILIES, ("tab:blue", "tab:purple", "tab:red", "tab:gray")))  # a family's own colour
+
+
+def configuration_colors(names):
+    """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
+    families in their colours (:data:`FAMILY_COLORS`: F-VI red, constant-VI gray)."""
+    colors = {f.label: FAMILY_COLORS[f.name] for f in FAMILIES.values() if not f.encoder}
+    encoders = [f.label for f in FAMILIES.values() if f.encoder]
+    for family, cmap in zip(encoders, COLORMAPS):
+        members = [n for n in names if n.startswith(family + " ")]
+        colors.update({n: plt.get_cmap(cmap)(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
+    return colors
+
+
+def legend_outside(ax, fontsize=7):
+    """The legend to the right of the axes, never over the curves."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
+
+
+def save_figure(fig, path):
+    """Write ``fig`` to ``path`` and release it from pyplot; returns the figure (its artists stay readable)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig

@@ -1,0 +1,178 @@
+"""Results as text: a fitted run's summary, a gap report, gap reports gathered into a table, and a
+comparison's summary, all in plain lines or Markdown. Nothing here computes or reads a run."""
+import math
+
+from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
+from amortized_pyro.inference.evaluation import MSE_KEYS
+from amortized_pyro.models.guides import display_order
+from amortized_pyro.study.comparison import COMPARE_REFINE
+from amortized_pyro.study.results import PLATEAU_FRACTION
+
+REFINE_COLUMNS = COMPARE_REFINE[1:]  # refinement steps shown in gap tables: those compare measures
+GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "log_px_ais", "amortization_gap",
+                  "coupling_gap", "approximation_gap", "iwae_minus_ais")
+
+
+def _pm(value):
+    return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
+
+
+def hit_cap(report):
+    """Whether some image's q* (or q*_m) stopped at the step cap rather than by the rule (there its gaps are
+    lower bounds); reports of earlier versions, with one rule for all images, by their step count."""
+    if "capped" in report:
+        return report["hit_cap"]
+    return report["optimizer_steps"] >= report["settings"]["max_steps"]
+
+
+def theta_count(report):
+    """How many θ draws the report's quantities average over."""
+    return 1 if report["settings"]["theta"] == "mean" else report["settings"]["theta_draws"]
+
+
+def format_gap(report):
+    """One gap report as a small table, nats per image, mean ± standard error over the images."""
+    settings = report["settings"]
+    lines = ["%s images of %s (%s split), K = %d, theta = %s%s, q* after %d steps" % (
+        report["n_images"], report["run"], report["split"], settings["importance_samples"], settings["theta"],
+        ", M = %d" % settings["theta_draws"] if settings["theta"] == "sample" else "", report["optimizer_steps"]),
+        "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
+    for name in GAP_QUANTITIES:
+        if name not in report:  # a report of an earlier version
+            continue
+        value = report[name]
+        lines.append("| %s | %s | %s |" % (name, "n/a (no factor for these images)" if value is None else
+                                            "%.3f" % value["mean"], "" if value is None else "%.3f" % value["stderr"]))
+    for row in report["refinement"]:
+        lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],
+                                                                            row["gap_left"]["stderr"]))
+    lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
+    if "capped" in report:
+        lines.append("standard errors over %s" % report["stderr_over"])
+        n = report["n_images"]
+        lines.append("stopped at the cap of %d steps, not by the rule: %d of %d images' q*, %d of %d (image, θ) "
+                     "pairs' q*_m (a capped q* understates the amortization gap and overstates the coupling gap; a capped "
+                     "q*_m understates the coupling gap and overstates the approximation gap)" % (
+                         report["settings"]["max_steps"], report["capped"], n, report["capped_per_theta"],
+                         n * theta_count(report)))
+        if report.get("iwae_minus_ais"):
+            d = report["iwae_minus_ais"]
+            agree = abs(d["mean"]) <= 3 * d["stderr"] if d["stderr"] == d["stderr"] else d["mean"] == 0
+            lines.append("log p(x) estimators: IWAE − AIS = %.3f ± %.3f nats/image: %s (both are lower bounds; "
+                         "the larger is the better)" % (d["mean"], d["stderr"], "they agree within 3 s.e." if agree
+                                                       else "they DISAGREE beyond 3 s.e."))
+    elif hit_cap(report):
+        lines.append("q* stopped at its cap of %d steps, not by the stopping rule: L(q*) and the amortization gap "
+                     "are lower bounds" % report["settings"]["max_steps"])
+    return "\n".join(lines)
+
+
+def format_reports(reports):
+    """Gap reports as one Markdown table, a row per configuration and split, nats per image: with one
+    training seed, mean ± standard error over its images; with several, the mean over seeds of the image
+    means ± the standard error over seeds and images together (:func:`~amortized_pyro.gap.pooling.pooled`);
+    the amortization gap's median and 90th percentile beside it."""
+    lines = ["| configuration | split | seeds | images | L(guide) | L(q*) | log p(x) IWAE | log p(x) AIS "
+             "| amortization gap | its median / 90th percentile | coupling gap | approximation gap "
+             "| gap left after %s refinement steps | plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)),
+             "|---" * 14 + "|"]
+    groups = seed_groups(reports)
+    capped = 0
+    for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]), item[0][1] != "train")):
+        mark = " †" if any(hit_cap(r) for r in group) else ""
+        capped += bool(mark)
+        row = {name: gap_over_seeds(group, name) for name in GAP_QUANTITIES}
+        refined = {k: refinement_over_seeds(group, k) for k in REFINE_COLUMNS}
+        amortization = row["amortization_gap"]
+        tail = "%.1f / %.1f" % (amortization["median"], amortization["q90"]) if amortization and "median" in amortization \
+            else "n/a"
+        lines.append("| %s | %s | %d | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %.4f |" % (
+            label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), _pm(row["elbo_guide"]),
+            _pm(row["elbo_optimized"]), mark, _pm(row["log_px"]), _pm(row["log_px_ais"]), _pm(amortization), tail,
+            _pm(row["coupling_gap"]), _pm(row["approximation_gap"]), " / ".join(_pm(refined[k]) for k in REFINE_COLUMNS),
+            sum(r["optimized_plugin_mse"] for r in group) / len(group)))
+    if capped:
+        images = sum(r["n_images"] for r in reports)
+        pairs = sum(r["n_images"] * r["settings"].get("theta_draws", 1) for r in reports)
+        lines.append("\n† %d of %d rows hold q* optimizations stopped at their step cap, not by the stopping rule: "
+                     "there L(q*) and the amortization gap are lower bounds (q* capped for %d of %d images, q*_m for "
+                     "%d of %d (image, θ) pairs)." % (capped, len(groups), sum(r.get("capped", 0) for r in reports),
+                                                     images, sum(r.get("capped_per_theta", 0) for r in reports), pairs))
+    lines.append("\nWith one seed, ± is the standard error over the images (θ draws, z draws and the trained run held "
+                 "fixed); with several, over seeds and images together (a random-effects reading: images nested in "
+                 "seeds where each seed had its own images, crossed where all had the same; amortized_pyro.gap.pooling). "
+                 "Median and 90th percentile: over every (seed, image) value. A guide without a factor for held-out "
+                 "images (F-VI) has no L(guide) on test images (n/a).")
+    old = sum("score_draws" not in r for r in reports)
+    if old:
+        lines.append("%d of %d reports were measured by the old estimator, which scored L(guide) and L(q*) on the "
+                     "θ draws q* was fitted on: their amortization gaps read too high and their coupling gaps too "
+                     "low, by about the coupling gap / M; measure them again for fresh score draws."
+                     % (old, len(reports)))
+    if any("coupling_gap" not in r for r in reports):
+        lines.append("Reports without a coupling gap or AIS (n/a) were measured by an earlier version, whose "
+                     "approximation gap holds both the coupling and the approximation gap.")
+    return "\n".join(lines)
+
+
+def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
+    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
+    failed under it."""
+    def pm(pair, fmt):
+        return "n/a" if math.isnan(pair[0]) else (fmt + " ± " + fmt) % pair
+
+    def num(value, fmt):
+        return "n/a" if math.isnan(value) else fmt % value
+
+    lines = ["| dataset | configuration | seeds | epochs | final ELBO / obs (nats) | gap to F-VI (nats/obs) | gap (%%) "
+             "| train MSE plug-in | train MSE predictive | test MSE plug-in | test MSE predictive "
+             "| plug-in ÷ mean image | z informative | ms / epoch | iterations to train MSE < %g × mean image's |"
+             % fraction,
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
+                                         r["seeds"]) if r["seeds_leaving"] else "not reached")
+        lines.append("| %s |" % " | ".join([
+            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), pm(r["elbo_per_obs"], "%.2f"),
+            num(r["gap_to_fvi"], "%.2f"), num(r["gap_to_fvi_percent"], "%.2f")]
+            + [pm(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
+            + [num(r["mse_ratio"], "%.2f"), r["uses_z"], pm(r["ms_per_epoch"], "%.0f"), reached]))
+    notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
+    for dataset, b in sorted(notes.items()):
+        lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
+                     % (dataset, b["train_mse"], b["test_mse"]))
+    for f in failures:
+        lines.append("\nFAILED, not in the table: %s %s seed %d: %s" % (f["dataset"], f["label"], f["seed"], f["error"]))
+    return "\n".join(lines)
+
+
+def summary_text(results, fraction=PLATEAU_FRACTION):
+    """A comparison's summary.md: the per-configuration table, the failures, and the gap table where gaps
+    were measured."""
+    text = format_summary(results.summary(fraction), fraction, results.failures)
+    if results.gaps:
+        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
+                 "over seeds where there are several; see below):\n\n" + format_reports(results.gaps))
+    return text
+
+
+def format_capacity(rows):
+    """The capacity sweep as a Markdown table: a row per encoder width, depth and split, the amortization
+    gap as the mean over seeds of their image means ± the standard error over seeds (images within each)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["width"], r["depth"], r["split"]), []).append(r)
+    lines = ["| width k | hidden layers | split | seeds | images | encoder epochs | encoders at the epoch cap "
+             "| amortization gap | coupling gap | approximation gap |", "|---" * 10 + "|"]
+    for (width, depth, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
+        lines.append("| %d | %d | %s | %d | %d | %.0f | %d | %s | %s | %s |" % (
+            width, depth, split, len(group), group[0]["n_images"], sum(r["epochs"] for r in group) / len(group),
+            sum(r["encoder_capped"] for r in group), _pm(over_seeds([r["amortization_gap"] for r in group])),
+            _pm(over_seeds([r["coupling_gap"] for r in group])), _pm(over_seeds([r["approximation_gap"] for r in group]))))
+    capped = sum(hit_cap(r) for r in rows)
+    if capped:
+        lines.append("\n%d of %d gap measurements had a q* or q*_m stopped at its step cap: there the gaps are lower "
+                     "bounds." % (capped, len(rows)))
+    lines.append("\nnats per image; ± is the standard error over the encoders' seeds of their image means (one seed: "
+                 "over images). The decoder's q(θ) is the trained run's, frozen; only the encoders are fresh.")
+    return "\n".join(lines)

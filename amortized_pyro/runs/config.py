@@ -1,0 +1,205 @@
+"""What defines a run: :class:`FitConfig`, its checks, and study presets in TOML.
+
+Every field carries its help text and its range or choices (:func:`amortized_pyro.settings.option`); the
+command line's options are generated from them (:mod:`amortized_pyro.cli.options`), and :meth:`FitConfig.check`
+applies the same rules to configurations made in Python. A preset is a TOML file whose top-level keys are
+FitConfig fields (dashes or underscores) and whose optional ``[compare]`` table holds a comparison's grid
+(``guides``, ``widths``, ``seeds``, ``datasets``, ``data_seed``, ``study``, ``plateau_fraction``)::
+
+    likelihood = "normal"
+    obs_scale = 0.1
+    epochs = 300
+    [compare]
+    widths = [1, 64, 128, 256]
+"""
+import math
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
+
+from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
+from amortized_pyro.autoguides.objectives import OBJECTIVES
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.inference.svi import ESTIMATORS
+from amortized_pyro.models.decoder import LIKELIHOODS, LOCAL_TERMS
+from amortized_pyro.models.guides import GUIDES
+from amortized_pyro.models.q_theta import THETA_INIT_SCALE
+from amortized_pyro.settings import Checked, field_error, option
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+BATCH_ORDERS = ("shuffled", "blocks")
+COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "plateau_fraction")
+
+
+def parse_device(text):
+    """auto, cpu, cuda or cuda:N"""
+    kind, _, index = str(text).partition(":")
+    if text in ("auto", "cpu", "cuda") or (kind == "cuda" and index.isdigit()):
+        return text
+    raise ValueError(text)
+
+
+def parse_every(text):
+    """a training time (30s, 5m, 2h) or a number of epochs (10)
+
+    Returns ("seconds", 60.0) for "60s", ("epochs", 10) for "10"."""
+    text = str(text).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    if text and text[-1] in units:
+        seconds = float(text[:-1]) * units[text[-1]]
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(text)
+        return "seconds", seconds
+    epochs = int(text)
+    if epochs < 1:
+        raise ValueError(text)
+    return "epochs", epochs
+
+
+@dataclass
+class FitConfig(Checked):
+    """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
+
+    guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
+                         "--refine-steps of Adam per minibatch, SA-VI), per-datapoint (F-VI) or shared (constant-VI).",
+                         choices=GUIDES, grid=True)
+    width: int = option(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
+    encoder_layers: int = option(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
+                                 "authors' original).", low=1)
+    encoder_slope: float = option(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
+                                  "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", low=0)
+    refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
+                               "minibatch (0: A-VI exactly).", low=0)
+    refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
+    refine_grad: str = option("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
+                              "straight-through (the refined factor's gradient applied to the encoder's output) or "
+                              "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
+    seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
+                       grid=True)
+    dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
+                          "files, or a .npy/.npz file of images.", grid=True)
+    data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.", result=False)
+    download: bool = option(True, "Try to download MNIST/FashionMNIST when it is not in --data-dir.",
+                            result=False)
+    n_obs: int = option(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
+    n_test: int = option(1000, "Held-out test images.", low=0)
+    binarize: bool = option(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "
+                            "the seed (for the Bernoulli likelihood).")
+    likelihood: str = option("normal", "p(x | z, θ): normal, N(Ω(z; θ), obs-scale² I), or bernoulli, "
+                             "Bernoulli(sigmoid(Ω(z; θ))) on binary images.", choices=LIKELIHOODS)
+    obs_scale: float = option(1.0, "Likelihood std of every pixel (normal likelihood); the studies' code "
+                              "uses 1/sqrt(2).", low=0, open_low=True)
+    prior_scale: float = option(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
+                                low=0, open_low=True)
+    z_dim: int = option(64, "Latent dimension.", low=1)
+    hidden: int = option(256, "Decoder hidden width H.", low=1)
+    init_scale: float = option(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
+                               low=0, open_low=True)
+    qz_init: str = option("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
+                          "(the studies' code: μ ~ N(0,1), log σ ~ N(0,1) − 1 per datapoint; μ, log σ ~ "
+                          "N(0,1) shared).", choices=FREE_INITS)
+    epochs: int = option(5000, "Passes over the N training images.", low=1)
+    batch_size: int = option(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
+                             "the full batch.", low=1)
+    lr: float = option(1e-3, "Adam learning rate.", low=0, open_low=True)
+    beta1: float = option(0.9, "Adam's first-moment decay β1.", low=0, high=1, open_high=True)
+    beta2: float = option(0.999, "Adam's second-moment decay β2 (0.99 in the reference study's code).",
+                          low=0, high=1, open_high=True)
+    weight_decay: float = option(0.0, "AdamW's decoupled weight decay, applied to q(z)'s matrices only (the "
+                                 "encoder's weight matrices, the per-datapoint table), never to q(θ); 0 = Adam.",
+                                 low=0)
+    objective: str = option("elbo", "elbo: train on the ELBO. reference: the studies' objective, which is NOT an "
+                            "ELBO: their log q takes variances and is given standard deviations, so every "
+                            "coordinate of q(θ) and q(z) is scored as N(m, s) with variance s (not s²), −log q = "
+                            "½ log s + ½ s ε² + const; this weakens the entropy's push on log s (½ + s/2 instead "
+                            "of 1) and shrinks q. Draws are unchanged; the true ELBO is still recorded.",
+                            choices=OBJECTIVES)
+    local_terms: str = option("minibatch", "minibatch: the z terms log p(z_n) − log q(z_n) of the minibatch, "
+                              "scaled by N/B (an unbiased ELBO estimate). all: those of all N images at every "
+                              "step, unscaled, as the authors' code (the likelihood stays the minibatch's, "
+                              "scaled by N/B).", choices=LOCAL_TERMS)
+    batch_order: str = option("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
+                              "fixed consecutive blocks of the data, in order, every epoch (the authors' code).",
+                              choices=BATCH_ORDERS)
+    elbo: str = option("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
+                       "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every Normal "
+                       "site; the same expectation, less variance; only with --objective elbo).", choices=ESTIMATORS)
+    particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
+    kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
+                            "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
+                            low=0)
+    device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
+    eval_every: int = option(100, "Evaluate the reconstruction MSEs every this many epochs (and at the end). An "
+                             "evaluation (16 predictive draws on train and test) costs about 4 epochs of training "
+                             "at the default size on a CPU; every 100 keeps it near 4% of the run (BENCHMARKS.md).",
+                             low=1)
+    predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
+                                   "plug-in MSE only.", low=0)
+    checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
+                                   "much training time (30s, 5m, 1h) or every this many epochs (10); also at the "
+                                   "start, at the end and on SIGINT/SIGTERM.", parse=parse_every, result=False)
+
+    def check(self):
+        """Every field within its rules (:meth:`Checked.check`), and the fields that must agree do."""
+        super().check()
+        if self.elbo == "meanfield" and self.objective != "elbo":
+            raise AmortizedPyroError("the meanfield estimator's analytic KL is the true one: it cannot score q as "
+                                     "the reference objective does (use elbo = trace with objective = reference)")
+        return self
+
+    @classmethod
+    def from_toml(cls, path, **overrides):
+        """A FitConfig from a preset file's top-level keys, then ``overrides``."""
+        settings, _ = read_preset(path)
+        return replace(cls(**settings), **overrides).check()
+
+
+def check_values(name, values):
+    """Each of ``values`` checked against FitConfig field ``name``'s rules (the grid's lists); returns them."""
+    f = FitConfig.__dataclass_fields__[name]
+    for value in values:
+        error = field_error(f, value)
+        if error:
+            raise AmortizedPyroError(error)
+    return list(values)
+
+
+def defaults():
+    return {f.name: f.default for f in fields(FitConfig) if f.default is not MISSING}
+
+
+def first_difference(recorded, requested):
+    """The first FitConfig field (that can change results) whose recorded and requested values differ, as
+    "name=recorded, not requested", or None."""
+    for f in fields(FitConfig):
+        if f.metadata["result"] and recorded.get(f.name, f.default) != requested.get(f.name, f.default):
+            return "%s=%r, not %r" % (f.name, recorded.get(f.name, f.default), requested.get(f.name, f.default))
+    return None
+
+
+def read_preset(path):
+    """(FitConfig fields, compare settings) from a TOML preset; unknown keys are errors."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise AmortizedPyroError("no config file at %s" % path) from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise AmortizedPyroError("cannot read config file %s: %s" % (path, e)) from None
+    table = raw.pop("compare", {})
+    if not isinstance(table, dict):
+        raise AmortizedPyroError("%s: compare must be a table ([compare]), got %r" % (path, table))
+    compare = {k.replace("-", "_"): v for k, v in table.items()}
+    settings = {k.replace("-", "_"): v for k, v in raw.items()}
+    known = set(defaults())
+    unknown = [k for k in settings if k not in known] + [k for k in compare if k not in COMPARE_KEYS]
+    if unknown:
+        raise AmortizedPyroError("%s: unknown setting(s) %s" % (path, ", ".join(sorted(unknown))))
+    for name, value in settings.items():  # the same rules as in Python: no 1.7 epochs, no "0.5" strings
+        error = field_error(FitConfig.__dataclass_fields__[name], value)
+        if error:
+            raise AmortizedPyroError("%s: %s" % (path, error))
+    return settings, compare

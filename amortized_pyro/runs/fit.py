@@ -1,0 +1,281 @@
+"""A run's life: build the model and guide a FitConfig defines, train them (:mod:`amortized_pyro.inference.training`)
+into a run directory (:mod:`amortized_pyro.runs.store`), resume an interrupted run, load a finished one.
+
+A new run seeds the global random streams (torch, numpy, python: ``pyro.set_rng_seed``) once, in
+:func:`fit`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample sites
+come from them. A resumed run restores them from its checkpoint instead. Nothing else in the package
+seeds or reads global state: a :class:`FitResult` carries its own model and guide, whose parameters are
+their own.
+"""
+import math
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+import pyro
+
+from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
+from amortized_pyro.inference.evaluation import MSE_KEYS, evaluate, mean_image_mse
+from amortized_pyro.inference.training import SingleRun, TrainingState, train
+from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.models.guides import FAMILIES, make_guide
+from amortized_pyro.runs.config import FitConfig, parse_every
+from amortized_pyro.runs.data import load_data
+from amortized_pyro.runs.store import RunWriter, read_checkpoint, read_info, read_run, restore, run_status
+from amortized_pyro.support.devices import resolve_device
+
+
+def build(config, n_obs, x_dim, device):
+    """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels, on ``device``."""
+    model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
+                                 config.likelihood, config.local_terms)
+    guide = make_guide(config.guide, model, config.width, config.init_scale, config.encoder_layers, config.qz_init,
+                       config.seed, config.refine_steps, config.refine_lr, config.encoder_slope, config.objective,
+                       config.refine_grad)
+    return model.to(device), guide.to(device)
+
+
+@dataclass
+class FitResult:
+    """A trained run: its config, per-epoch history, model and guide (which own their parameters)."""
+
+    config: FitConfig
+    history: list
+    model: object
+    guide: object
+    data_source: str
+    device: str
+    train_seconds: float
+    mean_image_mse: dict
+    out: object = None
+
+    def state_dict(self):
+        """The guide's parameters (the model has none)."""
+        return self.guide.state_dict()
+
+    def evaluate(self, data, predictive_draws=0, seed=0):
+        """The plug-in (and predictive) MSEs of this run on ``data``, the predictive draws from a generator
+        seeded with ``seed`` (see :func:`~amortized_pyro.inference.evaluation.evaluate`)."""
+        data = data.to(torch.device(self.device))
+        generator = torch.Generator(data.train.device).manual_seed(seed)
+        return evaluate(self.model, self.guide, data, predictive_draws, generator)
+
+    @property
+    def final(self):
+        """The last epoch's record, with the last evaluated MSEs."""
+        last = dict(self.history[-1])
+        for key in MSE_KEYS:
+            last[key] = next((r[key] for r in reversed(self.history) if key in r), math.nan)
+        return last
+
+    def summary(self):
+        """A few lines: what was trained, the final ELBO and the MSEs beside the mean image's."""
+        return format_fit(self)
+
+
+def _fmt(value):
+    return "n/a" if value is None or math.isnan(value) else "%.4f" % value
+
+
+def format_fit(result):
+    """A few lines of a :class:`~amortized_pyro.runs.fit.FitResult`: what was trained, the final ELBO, the MSEs."""
+    final, c = result.final, result.config
+    width = " (width %d)" % c.width if FAMILIES[c.guide].encoder else ""
+    lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
+             % (c.guide, width, result.data_source, final["epoch"], result.device, result.train_seconds,
+                1000 * result.train_seconds / max(1, final["epoch"])),
+             final_elbo_line(final)]
+    for split in ("train", "test"):
+        lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
+            split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
+            _fmt(result.mean_image_mse["%s_mse" % split])))
+    if result.out:
+        lines.append("results in      %s" % result.out)
+    return "\n".join(lines)
+
+
+def final_elbo_line(final):
+    """The summary's ELBO line; a run that ended inside its KL warm-up has no ELBO, and says so."""
+    if math.isnan(final["elbo"]) and final.get("kl_scale", 1.0) < 1:
+        return ("final ELBO      none: the run ended inside its KL warm-up (scale %.2f < 1), where the objective "
+                "(%.1f nats) is not the ELBO; train for more epochs than the warm-up" % (final["kl_scale"],
+                                                                                         final["objective"]))
+    return "final ELBO      %.1f nats in total, %.2f nats per observation" % (final["elbo"], final["elbo_per_obs"])
+
+
+def prepare_data(config, data=None, log=print):
+    """The run's data: loaded (or given), binarized where asked, checked against the likelihood."""
+    if data is None:
+        data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
+                         config.download, log, binarize=config.binarize)
+    elif config.binarize and not data.binarized:
+        data = data.binarize(config.seed)
+    if config.likelihood == "bernoulli" and not data.is_binary():
+        raise AmortizedPyroError("the Bernoulli likelihood needs binary images (binarize them)")
+    return data
+
+
+def data_info(data):
+    return {"name": data.name, "source": data.source, "origin": data.origin, "n_obs": data.train.shape[0],
+            "n_test": data.test.shape[0], "x_dim": data.train.shape[1], "binarized": data.binarized,
+            "fingerprint": data.fingerprint(), "mean_image_mse": mean_image_mse(data)}
+
+
+def run_data(path, info, config, data=None, log=print):
+    """The images the run in ``path`` was trained on: ``data`` where given, else loaded again from where the
+    run recorded them (``origin``: the source actually used, so a run of ``mnist`` that fell back to the
+    shipped sample reloads the sample, a relative path is the absolute one it was, and the subset is drawn
+    with the seed it was drawn with), whatever the current directory. Refused in one line, naming both fingerprints, where they are other images."""
+    if data is None:
+        origin = info["data"].get("origin") or {"dataset": info["data"]["name"], "data_dir": config.data_dir}
+        # the subset's seed: a comparison draws every run's images from its --data-seed, not the run's seed
+        data = prepare_data(replace(config, dataset=origin["dataset"], data_dir=origin["data_dir"],
+                                    seed=origin.get("seed", config.seed)), None, log)
+    else:
+        data = prepare_data(config, data, log)
+    recorded = info["data"]["fingerprint"]
+    if data.fingerprint() != recorded:
+        raise AmortizedPyroError("%s was trained on other images: these (%s) have fingerprint %s, the run's (%s) %s"
+                                 % (path, data.source, data.fingerprint()[:12], info["data"]["source"], recorded[:12]))
+    return data
+
+
+def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=False, **overrides):
+    """Train one configuration and return a :class:`FitResult`.
+
+    ``config`` is a :class:`FitConfig` (fields may be overridden by keyword), ``data`` an optional
+    :class:`~amortized_pyro.runs.data.Data` (else loaded from ``config.dataset``), ``out`` an optional run
+    directory, which must not hold a run unless ``overwrite``; without ``out`` nothing is written.
+    """
+    config = replace(config or FitConfig(), **overrides).check()
+    device = resolve_device(config.device)
+    data = prepare_data(config, data, log)
+    writer = new_writer(config, data, device, out, "overwrite" if overwrite else "new") if out else None
+    pyro.set_rng_seed(config.seed)  # the one place a run seeds the global streams (see the module docstring)
+    return run(config, data, device, writer, None, progress, log)
+
+
+RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive_draws", "checkpoint_every",
+                     "data_dir", "download")
+
+
+def resume(path, data=None, progress=True, log=print, **changes):
+    """Continue the run in ``path`` from its last checkpoint, with its own config; ``changes`` to its
+    schedule (:data:`RESUMABLE_CHANGES`: a lower ``lr``, more ``epochs``, ...) are applied and recorded.
+    A finished run given more ``epochs`` is extended from its final checkpoint; otherwise it is loaded and
+    returned as it is."""
+    status = run_status(path)
+    info = read_info(path) if status != "empty" else {"config": {}}
+    fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
+    if fixed:
+        raise FixedSettings(fixed, RESUMABLE_CHANGES)
+    if status == "finished":
+        if changes.get("epochs", 0) <= info["config"]["epochs"]:
+            log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
+            return load_run(path)
+        log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], changes["epochs"]))
+        (Path(path) / "summary.json").unlink()  # a run being extended is not finished; its checkpoint goes on
+        status = run_status(path)
+    if status != "partial":
+        raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))
+    config = replace(FitConfig(**info["config"]), **changes).check()
+    device = resolve_device(config.device)
+    data = run_data(path, info, config, data, log)
+    writer, checkpoint = resume_writer(path, info, config, changes, log)
+    return run(config, data, device, writer, checkpoint, progress, log)
+
+
+def new_writer(config, data, device, out, mode):
+    """The :class:`~amortized_pyro.runs.store.RunWriter` of a new run into ``out`` (``mode``: new or overwrite)."""
+    info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
+    return RunWriter(out, info, mode, parse_every(config.checkpoint_every))
+
+
+def resume_writer(path, info, config, changes, log):
+    """(the writer, the last checkpoint) of the partial run in ``path``, resumed with ``changes`` (recorded)."""
+    checkpoint = read_checkpoint(path)
+    writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
+    writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
+    log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
+    return writer, checkpoint
+
+
+def start(config, data, device, writer, checkpoint):
+    """The model, guide and training state of a run on ``data`` (on ``device``), restored from ``checkpoint``
+    where given, else written as its first checkpoint where there is a ``writer``."""
+    n_obs, x_dim = data.train.shape
+    model, guide = build(config, n_obs, x_dim, device)
+    state = TrainingState(guide, config, device)
+    if checkpoint:
+        restore(checkpoint, guide, state, config, device)
+        writer.rewrite_metrics(state.history)
+    elif writer:
+        writer.checkpoint(guide, state, device)
+    return model, guide, state
+
+
+def writing(writer, guide, state, device):
+    """The ``after_epoch`` of a :class:`~amortized_pyro.inference.training.SingleRun` that writes each record to
+    ``writer`` and checkpoints when due, at the end and when stopping (with the global random states)."""
+    def after_epoch(record, last, stopping):
+        if writer:
+            writer.add(record)
+            if last or stopping or writer.due(record["epoch"]):
+                writer.checkpoint(guide, state, device)
+    return after_epoch
+
+
+def finish(config, data, device, writer, model, guide, state):
+    """The :class:`FitResult` of a run trained to its end, written as finished where there is a ``writer``."""
+    result = FitResult(config, state.history, model, guide, data.source, str(device), state.train_seconds,
+                       mean_image_mse(data), writer.out if writer else None)
+    if writer:
+        writer.finish(guide, result.final, result.mean_image_mse, state.train_seconds, len(state.history))
+    return result
+
+
+def stopped(error, writer):
+    """``error`` (Diverged or Interrupted) naming the run directory and what it keeps."""
+    if isinstance(error, Diverged):
+        return Diverged(error.epoch, error.loss, writer.out, read_checkpoint(writer.out)["epoch"],
+                        error.replica) if writer else error
+    return Interrupted(error.signum, error.epoch, writer.out if writer else None)
+
+
+def run(config, data, device, writer, checkpoint, progress, log):
+    """Build, restore where a checkpoint is given, train, and write: the body of :func:`fit` and :func:`resume`."""
+    data = data.to(device)
+    if config.batch_size > data.train.shape[0]:
+        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, data.train.shape[0]))
+    model, guide, state = start(config, data, device, writer, checkpoint)
+    try:
+        train(SingleRun(model, guide, state, config, writing(writer, guide, state, device)), data, config, progress)
+    except (Diverged, Interrupted) as e:
+        raise stopped(e, writer) from None
+    return finish(config, data, device, writer, model, guide, state)
+
+
+def load_run(path, device="cpu", data=None):
+    """Rebuild a run (model, guide with its parameters, history) from its directory, to evaluate it: a
+    finished run as it ended, an interrupted one as of its last checkpoint. ``data``, where given, must be
+    the images it was trained on (checked by their fingerprint)."""
+    device = resolve_device(device)
+    info, history, guide_state = read_run(path)
+    config = FitConfig(**info["config"])
+    if data is not None:
+        run_data(path, info, config, data)
+    with torch.random.fork_rng(devices=[]):  # the encoder's initialisation, overwritten at once, draws nothing
+        model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device)
+    guide.load_state_dict(guide_state)
+    train_seconds = history[-1]["time"] if history else 0.0
+    return FitResult(config, history, model, guide, info["data"]["source"], str(device), train_seconds,
+                     info["data"]["mean_image_mse"], path)
+
+
+def finished_run(run_dir, device="cpu", log=print):
+    """A finished run (:func:`load_run`) and its images, reloaded and checked, on ``device``."""
+    if run_status(run_dir) != "finished":
+        raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
+    result = load_run(run_dir, device)
+    return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)

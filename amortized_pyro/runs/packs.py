@@ -1,0 +1,96 @@
+"""Packs: runs of one configuration at several seeds, trained as one batched model
+(:mod:`amortized_pyro.inference.replicas`) and written as the single runs they equal, one run directory each.
+
+``fit --replicas R --seed S --out DIR`` trains seeds S … S+R−1 on the images of seed S (as a comparison's
+seeds share its ``--data-seed``) into DIR/seed{S+r}; ``fit --resume DIR`` resumes such a folder as a pack;
+``compare --replicas R`` packs each configuration's seeds R at a time.
+"""
+from dataclasses import replace
+from pathlib import Path
+
+import pyro
+
+from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
+from amortized_pyro.inference.replicas import Pack, Stream, check_pack
+from amortized_pyro.inference.training import train
+from amortized_pyro.runs.config import FitConfig
+from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data, start, stopped)
+from amortized_pyro.runs.store import read_checkpoint, read_info, run_status
+from amortized_pyro.support.devices import resolve_device
+
+
+def pack_dirs(out, configs):
+    """The run directory of each replica in the pack folder ``out``: ``out/seed{seed}``."""
+    return [Path(out) / ("seed%d" % c.seed) for c in configs]
+
+
+def begin(config, data, device, run_dir, status, overwrite, changes, log):
+    """One replica's run set up as :func:`amortized_pyro.runs.fit.fit` or ``resume`` would (new, or from its
+    checkpoint), and its random stream captured: (model, guide, state, stream, writer)."""
+    writer, checkpoint = None, None
+    if status == "partial":
+        info = read_info(run_dir)
+        run_data(run_dir, info, config, data)
+        writer, checkpoint = resume_writer(run_dir, info, config, changes, log)
+    elif run_dir is not None:
+        writer = new_writer(config, data, device, run_dir, "overwrite" if overwrite or status == "started" else "new")
+    if checkpoint is None:
+        pyro.set_rng_seed(config.seed)  # as fit seeds a single run; a checkpoint restores its own states
+    model, guide, state = start(config, data, device, writer, checkpoint)
+    return model, guide, state, Stream(device), writer
+
+
+def fit_pack(configs, data, run_dirs=None, progress=True, log=print, overwrite=False, changes=None):
+    """Train the runs ``configs`` (one configuration at several seeds) as one batched model on ``data``, each
+    into its run directory (``run_dirs``, or nothing written): all new, or all standing at checkpoints of
+    the same epoch (resumed, ``changes`` recorded as a resume records them). Returns their FitResults."""
+    check_pack(configs)
+    device = resolve_device(configs[0].device)
+    data = data.to(device)
+    run_dirs = run_dirs or [None] * len(configs)
+    statuses = [run_status(d) if d else "empty" for d in run_dirs]
+    if set(statuses) - {"empty", "started"} and set(statuses) != {"partial"}:
+        raise AmortizedPyroError("a pack's runs must all be new or all be partial, not %s" % ", ".join(statuses))
+    if set(statuses) == {"partial"} and len({read_checkpoint(d)["epoch"] for d in run_dirs}) > 1:
+        raise AmortizedPyroError("a pack's runs must stand at the same epoch to resume together")
+    begun = [begin(c, data, device, d, s, overwrite, changes or {}, log)
+             for c, d, s in zip(configs, run_dirs, statuses)]
+    models, guides, states, streams, writers = map(list, zip(*begun))
+    try:
+        train(Pack(models, guides, states, streams, writers, configs[0]), data, configs[0], progress)
+    except (Diverged, Interrupted) as e:
+        raise stopped(e, writers[e.replica if isinstance(e, Diverged) else 0]) from None
+    return [finish(c, data, device, w, m, g, s) for c, w, m, g, s in zip(configs, writers, models, guides, states)]
+
+
+def fit_replicas(config, replicas, data=None, out=None, progress=True, log=print, overwrite=False):
+    """``replicas`` seeds config.seed, config.seed + 1, … trained as one model on the images of config.seed,
+    into ``out``/seed{seed} where given; their FitResults."""
+    config = config.check()
+    data = prepare_data(config, data, log)
+    configs = [replace(config, seed=config.seed + r) for r in range(replicas)]
+    return fit_pack(configs, data, pack_dirs(out, configs) if out else None, progress, log, overwrite)
+
+
+def is_pack(path):
+    """Whether ``path`` is a pack folder (no run of its own; run directories seed*/)."""
+    path = Path(path)
+    return not (path / "config.json").exists() and any(p.is_dir() for p in path.glob("seed*"))
+
+
+def resume_pack(path, data=None, progress=True, log=print, **changes):
+    """Resume the pack folder ``path`` (its runs at one checkpoint) on their images (``data`` where given,
+    checked), with ``changes`` to their schedule as :func:`amortized_pyro.runs.fit.resume` takes them."""
+    run_dirs = sorted((p for p in Path(path).glob("seed*") if p.is_dir()), key=lambda p: p.name)
+    configs = [replace(FitConfig(**read_info(d)["config"]), **changes).check() for d in run_dirs]
+    for run_dir, config in zip(run_dirs, configs):  # finished runs given more epochs are extended, as resume does
+        if run_status(run_dir) == "finished" and config.epochs > read_info(run_dir)["config"]["epochs"]:
+            (run_dir / "summary.json").unlink()
+    if all(run_status(d) == "finished" for d in run_dirs):
+        log("%s: finished runs, nothing to resume (give more --epochs to extend them)" % path)
+        return [load_run(d) for d in run_dirs]
+    if len({read_checkpoint(d)["epoch"] for d in run_dirs if run_status(d) == "partial"}) > 1:
+        log("%s: its runs stand at different checkpoints (a kill between them): resuming them one by one" % path)
+        return [resume(d, data, progress, log, **changes) for d in run_dirs]
+    data = run_data(run_dirs[0], read_info(run_dirs[0]), configs[0], data, log)
+    return fit_pack(configs, data, run_dirs, progress, log, changes=changes)

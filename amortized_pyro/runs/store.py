@@ -1,0 +1,226 @@
+"""Run directories: what a run writes, the checkpoint layout, and how both are read back (the one home of
+the on-disk format).
+
+    config.json     the FitConfig, the data actually used (name, source, n_obs, n_test, x_dim, binarized, a
+                    fingerprint of the images, the mean image's MSE), device, a random ``run_id`` (what is
+                    derived from the run names it, with the epochs trained), library versions, and every
+                    resume with the options it changed
+    metrics.jsonl   one JSON object per finished epoch (missing values are null)
+    checkpoint.pt   the last checkpoint: format, epoch, the guide's ``state_dict``, the optimizer's, every
+                    random state (torch, CUDA, numpy, python, the evaluation's generator), the metrics so far
+                    and the training time
+    params.pt       the format and the guide's ``state_dict`` at the end
+    summary.json    the final record and timings, written last: its presence marks a finished run
+
+Every file is written whole to a temporary name and renamed into place, so a run killed at any moment
+leaves the previous version intact; metrics lines are appended with one ``write`` each, and a resumed run
+rewrites metrics.jsonl from its checkpoint. Tensors are read back onto the CPU and copied into modules
+and optimizers on their own device, so random states stay CPU tensors whatever the device.
+"""
+import json
+import math
+import os
+import platform
+import time
+import uuid
+from pathlib import Path
+
+import torch
+
+import pyro
+
+from amortized_pyro.errors import AmortizedPyroError, RunExists
+from amortized_pyro.support.streams import rng_states, set_rng_states
+
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
+FORMAT = 3  # 1: Pyro param-store state (before the guides owned their parameters); 2: the guide's state_dict,
+# q(θ) under PyroParam's private names (q_theta.loc_unconstrained, q_theta.scale_unconstrained: log s), read
+# as 3 (RENAMED_IN_3); 3: the guide's state_dict, q(θ) as q_theta.loc and q_theta.log_scale
+RENAMED_IN_3 = {"q_theta.loc_unconstrained": "q_theta.loc", "q_theta.scale_unconstrained": "q_theta.log_scale"}
+
+
+def _upgrade(value):
+    """A format-2 checkpoint or parameters file read as format 3: the same tensors under the new names (the
+    optimizer's state is by position, in name order, which the renaming keeps)."""
+    if isinstance(value, dict) and value.get("format") == 2:
+        value = dict(value, format=3, guide={RENAMED_IN_3.get(k, k): v for k, v in value["guide"].items()})
+    return value
+
+
+def _json_safe(record):
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+def _from_json(record):
+    return {k: (math.nan if v is None else v) for k, v in record.items()}
+
+
+def atomic_write(path, write):
+    """``write(temporary_path)``, then rename onto ``path``: readers see the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(".%s.tmp-%d" % (path.name, os.getpid()))
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path, value):
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+
+
+def run_status(path):
+    """"finished" (summary.json), "partial" (a checkpoint to resume from), "started" (run files, no
+    checkpoint yet), or "empty" (no run files, or no directory)."""
+    path = Path(path)
+    if (path / "summary.json").exists():
+        return "finished"
+    if (path / "checkpoint.pt").exists():
+        return "partial"
+    return "started" if any((path / name).exists() for name in RUN_FILES) else "empty"
+
+
+def checkpoint_state(guide, state, device, rng=None):
+    """The checkpoint of a run at ``state`` (a TrainingState) with ``guide``'s parameters and the random
+    states ``rng`` (by default the global ones)."""
+    return {"format": FORMAT, "epoch": state.epoch, "guide": guide.state_dict(),
+            "optimizer": state.optimizer.state_dict(), "rng": rng or rng_states(device),
+            "evaluation_rng": state.evaluation_rng.get_state(), "history": state.history,
+            "train_seconds": state.train_seconds}
+
+
+def restore(checkpoint, guide, state, schedule, device):
+    """Put a checkpoint back into ``guide`` and ``state``: parameters, optimizer (with the schedule's
+    learning rate and betas, which a resume may change), every random state, the history."""
+    guide.load_state_dict(checkpoint["guide"])
+    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    for group in state.optimizer.param_groups:
+        group.update(lr=schedule.lr, betas=(schedule.beta1, schedule.beta2))
+    set_rng_states(checkpoint["rng"], device)
+    state.evaluation_rng.set_state(checkpoint["evaluation_rng"])
+    state.epoch, state.train_seconds = checkpoint["epoch"], checkpoint["train_seconds"]
+    state.history = [_from_json(r) for r in checkpoint["history"]]
+
+
+class RunWriter:
+    """Writes a run directory as the run goes, so that an interrupted run keeps its finished epochs and
+    its last checkpoint. ``mode`` is "new" (the directory must not hold a run), "overwrite" (its run files
+    are removed first) or "resume" (it holds the run being continued). Checkpoints are written every
+    ``every`` epochs or seconds (``kind``: "epochs" or "seconds"), at the end and when the run stops."""
+
+    def __init__(self, out, info, mode="new", every=("seconds", 60.0)):
+        self.out = Path(out)
+        self.metrics_path = self.out / "metrics.jsonl"
+        self.kind, self.every = every
+        self.last_save = time.perf_counter()
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AmortizedPyroError("cannot create the run directory %s: %s" % (out, e.strerror or e)) from None
+        if mode == "new" and run_status(self.out) != "empty":
+            raise RunExists(out, run_status(self.out))
+        if mode == "overwrite":
+            self.clear(self.out)
+        if mode != "resume":
+            info = dict(info, run_id=uuid.uuid4().hex, versions={"python": platform.python_version(),
+                                                                   "torch": torch.__version__, "pyro": pyro.__version__},
+                        resumes=[])
+            self._claim(info)
+        self.info = info
+
+    @staticmethod
+    def clear(out):
+        """Remove a run's files from ``out``, and what was derived from it there (gap reports, ``gap*.json``);
+        nothing else."""
+        for name in RUN_FILES:
+            (Path(out) / name).unlink(missing_ok=True)
+        for derived in Path(out).glob("gap*.json"):
+            derived.unlink()
+
+    def _claim(self, info):
+        """Create config.json exclusively: of two runs started into one directory, one is refused."""
+        try:
+            with open(self.out / "config.json", "x") as f:
+                f.write(json.dumps(info, indent=2) + "\n")
+        except FileExistsError:
+            raise AmortizedPyroError("%s was just claimed by another run" % self.out) from None
+        except OSError as e:
+            raise AmortizedPyroError("cannot write into %s: %s" % (self.out, e.strerror or e)) from None
+
+    def record_resume(self, epoch, changed, config):
+        self.info["resumes"].append({"from_epoch": epoch, "changed": changed})
+        self.info["config"] = config
+        write_json(self.out / "config.json", self.info)
+
+    def add(self, record):
+        """Append one metrics line with a single write, so a kill leaves whole lines only."""
+        line = (json.dumps(_json_safe(record)) + "\n").encode()
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def rewrite_metrics(self, history):
+        text = "".join(json.dumps(_json_safe(r)) + "\n" for r in history)
+        atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
+
+    def checkpoint(self, guide, state, device, rng=None):
+        checkpoint = checkpoint_state(guide, state, device, rng)
+        atomic_write(self.out / "checkpoint.pt", lambda tmp: torch.save(checkpoint, tmp))
+        self.last_save = time.perf_counter()
+
+    def due(self, epoch):
+        """Whether the checkpoint cadence asks for one after ``epoch``."""
+        if self.kind == "epochs":
+            return epoch % self.every == 0
+        return time.perf_counter() - self.last_save >= self.every
+
+    def finish(self, guide, final, mean_image_mse, train_seconds, epochs):
+        atomic_write(self.out / "params.pt", lambda tmp: torch.save({"format": FORMAT, "guide": guide.state_dict()}, tmp))
+        summary = {"final": _json_safe(final), "mean_image_mse": mean_image_mse, "train_seconds": train_seconds,
+                   "ms_per_epoch": 1000 * train_seconds / max(1, epochs)}
+        write_json(self.out / "summary.json", summary)
+
+
+def _load(path, what):
+    try:
+        if what.endswith(".pt"):
+            value = _upgrade(torch.load(path / what, map_location="cpu", weights_only=False))
+            if not isinstance(value, dict) or value.get("format") != FORMAT:
+                raise AmortizedPyroError("%s in %s was written by an earlier version of amortized_pyro (parameters in "
+                                         "Pyro's global param store): it cannot be loaded or resumed; its metrics "
+                                         "and results files stay readable" % (what, path))
+            return value
+        if what.endswith(".jsonl"):
+            return [_from_json(json.loads(line)) for line in (path / what).read_text().splitlines() if line.strip()]
+        return json.loads((path / what).read_text())
+    except FileNotFoundError:
+        raise AmortizedPyroError("%s is not a run directory (missing %s)" % (path, what)) from None
+    except (ValueError, RuntimeError, EOFError, OSError) as e:
+        raise AmortizedPyroError("cannot read %s in %s: %s" % (what, path, str(e).splitlines()[0])) from None
+
+
+def read_info(path):
+    return _load(Path(path), "config.json")
+
+
+def load_history(path):
+    """The metrics of the epochs a run has written (metrics.jsonl)."""
+    return _load(Path(path), "metrics.jsonl")
+
+
+def read_run(path):
+    """(config.json contents, history, the guide's state_dict) of a finished run, or of an interrupted one
+    as of its last checkpoint; tensors on the CPU."""
+    path = Path(path)
+    status = run_status(path)
+    if status == "finished":
+        return read_info(path), load_history(path), _load(path, "params.pt")["guide"]
+    if status == "partial":
+        checkpoint = read_checkpoint(path)
+        return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["guide"]
+    raise AmortizedPyroError("%s is not a run directory (%s)" % (path, "no run files" if status == "empty"
+                                                                     else "no checkpoint yet"))
+
+
+def read_checkpoint(path):
+    return _load(Path(path), "checkpoint.pt")

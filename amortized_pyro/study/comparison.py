@@ -1,0 +1,186 @@
+"""Comparing guides: a grid of guides × encoder widths × seeds (× datasets), each run through ``fit``.
+
+All configurations of a dataset train on the same images (drawn, and binarized where asked, with
+``data_seed``); the seeds vary initialisation and sampling. Each run keeps its own run directory; a
+finished one is reused and an interrupted one resumed, only where its recorded config and data are the
+ones asked for (:func:`plan`). The runs go one after another in this process or as Ray tasks
+(:mod:`amortized_pyro.study.executors`); either way the results are one
+:class:`~amortized_pyro.study.results.Results` table, assembled in grid order.
+"""
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.gap.measure import measure_run
+from amortized_pyro.inference.evaluation import reconstruct
+from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
+from amortized_pyro.runs.config import FitConfig, check_values, first_difference
+from amortized_pyro.runs.data import load_data
+from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status
+from amortized_pyro.study.executors import Job, run_local, run_ray
+from amortized_pyro.study.results import Results, slug
+
+EXECUTORS = ("local", "ray")
+
+
+def configurations(guides, widths):
+    """(guide, width) pairs: one per encoder width for the encoder guides, one for each other guide;
+    every guide and width checked by FitConfig's rules."""
+    encoders = any(g in ENCODER_GUIDES for g in guides)
+    if not guides or (encoders and not widths):
+        raise AmortizedPyroError("give at least one guide (and, for the encoder guides, one width)")
+    check_values("guide", guides)
+    check_values("width", widths if encoders else [])
+    return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g in ENCODER_GUIDES else [None])]
+
+
+def plan(job, overwrite):
+    """Before any run starts: refuse a run directory that holds a run with other settings or other images
+    (naming the first difference), or clear it where ``overwrite``."""
+    status = run_status(job.run_dir) if job.run_dir else "empty"
+    if status not in ("finished", "partial"):
+        return
+    if overwrite:
+        RunWriter.clear(job.run_dir)
+        return
+    info = read_info(job.run_dir)
+    difference = first_difference(info["config"], asdict(job.config))
+    if difference is None and info["data"].get("fingerprint") != job.data.fingerprint():
+        difference = "other images (%s, fingerprint %s; these: %s, %s)" % (
+            info["data"].get("source"), info["data"].get("fingerprint", "")[:12], job.data.source,
+            job.data.fingerprint()[:12])
+    if difference:
+        raise AmortizedPyroError("%s holds a run with %s: use --overwrite to retrain it, or another --out"
+                                 % (job.run_dir, difference))
+
+
+# compare's quicker gap: AIS of 200 steps read 0.8 nats below its 5,000-step value on an informative run, gap's
+# default of 1,000 steps 0.1 (BENCHMARKS.md, AIS sweep); q* capped at 1,500 steps
+COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=1500, ais_steps=200)
+COMPARE_REFINE = (0, 5, 20, 100)  # refinement rows measured (0: the guide's own factor); tables show the rest
+WIDTHS = (1, 64, 128, 256)
+N_IMAGES = 5  # reconstructions shown per configuration
+
+
+def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
+    """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
+    with these settings from this very run (its ``run_id`` and epochs), else measured now
+    (:func:`amortized_pyro.gap.measure.measure_run`) and saved there. A report of another run (retrained,
+    extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``."""
+    reports = []
+    run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
+    for split in ("train", "test"):
+        path = Path(job.run_dir) / ("gap-%s.json" % split)
+        images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
+        if path.exists():
+            report = json.loads(path.read_text())
+            if (report.get("run_id"), report.get("trained_epochs")) != run:
+                log("%s was measured on another state of the run: measuring again" % path)
+            elif (report["settings"], report["n_images"], report.get("refine_steps")) == \
+                    (asdict(settings), images, list(COMPARE_REFINE)):
+                reports.append(report)
+                continue
+            elif not overwrite:
+                raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
+        log("measuring the gaps of %s on %s images" % (job.name(), split))
+        report = measure_run(job.run_dir, split, n_images, settings, COMPARE_REFINE, job.config.device, log)
+        path.write_text(json.dumps(report, indent=1) + "\n")
+        reports.append(report)
+    return reports
+
+
+def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnist",), out=None,
+            study="compare", data_seed=0, progress=True, log=print, overwrite=False, allow_sample=False,
+            executor="local", ray_options=None, gap_images=0, gap_settings=None, replicas=1, **config):
+    """Run every (dataset, guide, width, seed) of the grid and return :class:`Results`.
+
+    ``config`` sets the other :class:`~amortized_pyro.FitConfig` fields (epochs, n_obs, batch_size, ...).
+    With ``out``, each run writes ``out/runs/DATASET/LABEL-seedS`` and ``out/results.jsonl`` is rewritten
+    as runs end; runs found there are reused as :func:`plan` says. A run that fails for its own reasons (it
+    diverged, say) is recorded as a failure and the others go on. MNIST that cannot be had is an error
+    unless ``allow_sample``, and then the shipped sample is named as such (``mnist-sample``). ``executor``
+    is "local" or "ray" (``ray_options``: address, cpus_per_run, gpus_per_run, retries; needs ``out``).
+    ``gap_images`` > 0 measures, once training is done, the gaps of every finished run (each seed) on its
+    first ``gap_images`` training and test images (:func:`gap_reports`),
+    with ``gap_settings`` (a :class:`~amortized_pyro.local.gaps.GapSettings`; default and the command line's: COMPARE_GAP).
+    ``replicas`` > 1 trains each configuration's seeds that many at a time as one batched model (local
+    executor; :func:`~amortized_pyro.study.executors.run_local`): the same runs, the same results.
+    """
+    base = FitConfig(**config).check()
+    grid = configurations(list(guides), list(widths))
+    if not seeds:
+        raise AmortizedPyroError("give at least one seed")
+    if executor not in EXECUTORS:
+        raise AmortizedPyroError("unknown executor %r: choose local or ray" % executor)
+    out = Path(out) if out else None
+    if executor == "ray" and replicas > 1:
+        raise AmortizedPyroError("replicas pack seeds into one process: use the local executor")
+    if (executor == "ray" or gap_images) and out is None:
+        raise AmortizedPyroError("the Ray executor and the gap measurements need run directories: give --out")
+    if out:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise AmortizedPyroError("cannot create %s: %s" % (out, e.strerror or e)) from None
+    jobs = []
+    for requested in datasets:
+        data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
+                         binarize=base.binarize, allow_sample=allow_sample)
+        for guide, width in grid:
+            for seed in seeds:
+                config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
+                name = config_label(config)
+                run_dir = out / "runs" / slug(data.name) / ("%s-seed%d" % (slug(name), seed)) if out else None
+                jobs.append(Job(data.name, name, seed, config, run_dir, data))
+    for job in jobs:
+        plan(job, overwrite)
+    if executor == "ray":
+        outcomes = run_ray(jobs, progress, log, **(ray_options or {}))
+    else:
+        outcomes = run_local(jobs, progress, log, replicas)
+    finished = {}
+    for job, outcome in outcomes:
+        if isinstance(outcome, str):
+            log("%s failed: %s" % (job.name(), outcome))
+        finished[id(job)] = outcome
+        results = assemble(jobs, finished, study, seeds[0])
+        if out:
+            results.save(out / "results.jsonl")
+    results = assemble(jobs, finished, study, seeds[0])
+    if gap_images:
+        for job in jobs:
+            if not isinstance(finished.get(id(job)), str):
+                results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings or COMPARE_GAP))
+                results.save(out / "results.jsonl")
+    return results
+
+
+def assemble(jobs, finished, study, first_seed):
+    """The results table of the jobs finished so far, in grid order (whatever order they ended in)."""
+    results = Results()
+    for job in jobs:
+        if results.baseline(job.dataset) is None:
+            results.add_baseline(job.dataset, job.data)
+        outcome = finished.get(id(job))
+        if isinstance(outcome, str):
+            results.add_failure(job.dataset, job.label, job.seed, outcome)
+        elif outcome is not None:
+            results.add_run(outcome, job.dataset, study, job.data.train.shape[0])
+            if job.seed == first_seed:
+                results.add_images(job.dataset, reconstructions(outcome, job.data.to(outcome.device)))
+    return results
+
+
+def reconstructions(result, data):
+    """(split, who, images) of the first training and test images: the originals and ``result``'s plug-in
+    reconstructions (None where its guide has no factor for them)."""
+    train, test = data.train[:N_IMAGES], data.test[:N_IMAGES]
+    name = config_label(result.config)
+    train_idx = torch.arange(len(train), device=train.device)
+    return [("train", "original", train), ("test", "original", test),
+            ("train", name, reconstruct(result.model, result.guide, train, train_idx)),
+            ("test", name, reconstruct(result.model, result.guide, test))]

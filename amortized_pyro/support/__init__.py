@@ -1,0 +1,3 @@
+"""Plumbing without modelling, under every other layer: the device a run asks for, SIGINT/SIGTERM between
+epochs, the global random streams, the rows of replicas and particles.
+"""

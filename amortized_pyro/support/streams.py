@@ -1,0 +1,28 @@
+"""The global random streams (torch's on the CPU and each GPU, numpy's, python's): saved and restored with a
+run's checkpoint, and forked where a draw must leave them as they were."""
+import random
+
+import numpy as np
+import torch
+
+
+def outside_the_stream(*devices):
+    """The global random streams forked: draws made inside leave them as they were. The CPU's, and those of
+    the GPUs among ``devices`` (a GPU not named is not touched: forking it would start CUDA there)."""
+    return torch.random.fork_rng(devices=sorted({d.index or 0 for d in devices if d.type == "cuda"}))
+
+
+def rng_states(device):
+    """Every random state a run draws from."""
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states, device):
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
