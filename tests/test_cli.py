@@ -172,3 +172,31 @@ def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_
         assert a.guide.state_dict().keys() == b.guide.state_dict().keys()
         for key, value in a.guide.state_dict().items():
             assert torch.equal(value, b.guide.state_dict()[key]), key
+
+
+def test_a_bug_of_ours_shows_its_traceback_and_asks_for_a_report(monkeypatch):
+    """Only the package's errors and the host's limits become one line: an internal ValueError is a bug."""
+    def broken(*args, **kwargs):
+        raise ValueError("an internal inconsistency")
+    monkeypatch.setattr("amortized_pyro.cli.commands.fit", broken)
+    result = run("fit", *FAST)
+    assert result.exit_code == 1
+    assert "Traceback" in result.output and "ValueError: an internal inconsistency" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: this is a bug of amortized_pyro")
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("params", "cannot read params.pt"),
+    ("metrics", "metrics.jsonl: line 2 is not JSON"),
+])
+def test_a_damaged_run_directory_is_one_line(tmp_path, damage, expected):
+    from conftest import tiny_finished_run
+    out = tiny_finished_run(tmp_path / "run")
+    if damage == "params":
+        (out / "params.pt").write_bytes(b"not a pickle at all")
+    else:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        (out / "metrics.jsonl").write_text("\n".join(lines[:1] + ["{broken"] + lines[1:]) + "\n")
+    line = one_error_line(run("gap", str(out), "--n-images", "2", "--max-steps", "20", "--ais-steps", "0",
+                              "--samples", "2", "--importance-samples", "2", "--no-progress"))
+    assert expected in line

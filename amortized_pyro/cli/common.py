@@ -3,6 +3,7 @@ unless --debug), how to go on from an error, logging to stderr, and a few option
 import functools
 import os
 import sys
+import traceback
 
 import click
 import torch
@@ -23,27 +24,31 @@ def debugging():
 
 
 def friendly_errors(command):
-    """Runtime failures end in one line on stderr and exit status 1 (128 + signal number when a signal
-    stopped the run), never a traceback, unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for it."""
+    """The package's own errors (:class:`~amortized_pyro.errors.AmortizedPyroError`) and the host's known
+    limits (memory, the file system) end in one line on stderr and exit status 1 (128 + signal number when a
+    signal stopped the run), unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for the traceback. Anything else
+    is a bug of ours: its traceback, and a line asking for a report (exit status 1)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         code = 1
         try:
             return command(*args, **kwargs)
-        except Exception as e:
+        except (AmortizedPyroError, MemoryError, torch.OutOfMemoryError, OSError) as e:
             if debugging():
                 raise
             code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
             if isinstance(e, AmortizedPyroError):
                 message = hint(e)
-            elif isinstance(e, MemoryError):
-                message = "out of memory: try a smaller --n-obs or --batch-size"
-            elif isinstance(e, (RuntimeError, OSError, ValueError)):  # torch's own, e.g. CUDA out of memory
-                message = "%s (run with --debug for the traceback)" % (str(e).strip().splitlines() or [type(e).__name__])[0]
-            else:
-                raise
+            elif isinstance(e, (MemoryError, torch.OutOfMemoryError)):
+                message = "out of memory: try a smaller --n-obs, --batch-size or --chunk"
+            else:  # the file system: permissions, a full disk, a missing file
+                message = "%s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else "")
         except KeyboardInterrupt:
             message, code = "interrupted; results written so far are kept", 130
+        except Exception:
+            traceback.print_exc()
+            message = ("this is a bug of amortized_pyro, not of your input: please report it with the traceback "
+                       "above and the command")
         click.echo("Error: %s" % message, err=True)
         sys.exit(code)
     return wrapper

@@ -20,6 +20,7 @@ and optimizers on their own device, so random states stay CPU tensors whatever t
 import json
 import math
 import os
+import pickle
 import platform
 import time
 import uuid
@@ -191,12 +192,20 @@ def _load(path, what):
                                          "and results files stay readable" % (what, path))
             return value
         if what.endswith(".jsonl"):
-            return [_from_json(json.loads(line)) for line in (path / what).read_text().splitlines() if line.strip()]
+            return [_from_json(_json_line(line, number, path / what))
+                    for number, line in enumerate((path / what).read_text().splitlines(), 1) if line.strip()]
         return json.loads((path / what).read_text())
     except FileNotFoundError:
         raise AmortizedPyroError("%s is not a run directory (missing %s)" % (path, what)) from None
-    except (ValueError, RuntimeError, EOFError, OSError) as e:
+    except (ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
         raise AmortizedPyroError("cannot read %s in %s: %s" % (what, path, str(e).splitlines()[0])) from None
+
+
+def _json_line(line, number, path):
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise AmortizedPyroError("cannot read %s: line %d is not JSON (%s)" % (path, number, e.args[0].split(":")[0])) from None
 
 
 def read_info(path):
