@@ -7,6 +7,15 @@ class AmortizedPyroError(Exception):
     """A user-facing error: bad option, missing or corrupt data, absent device, diverged run."""
 
 
+class InvalidSettings(AmortizedPyroError):
+    """Settings that break a field's rule or disagree with each other, before anything runs; ``fields`` names
+    them (the command line names their options and exits with its usage status, 2)."""
+
+    def __init__(self, message, fields):
+        self.fields = list(fields)
+        super().__init__(message)
+
+
 class Diverged(AmortizedPyroError):
     """The loss turned non-finite at ``epoch``; ``out`` is the run directory (if any) and ``kept`` the epoch
     of the last good checkpoint kept there; ``replica`` the run's index among seeds packed as replicas."""
@@ -28,13 +37,13 @@ class Interrupted(AmortizedPyroError):
         super().__init__("interrupted by %s after epoch %d%s" % (signal.Signals(signum).name, epoch, where))
 
 
-class FixedSettings(AmortizedPyroError):
+class FixedSettings(InvalidSettings):
     """A resume asked to change ``fields``, which define the run; only ``allowed`` may change."""
 
     def __init__(self, fields, allowed):
-        self.fields, self.allowed = list(fields), list(allowed)
+        self.allowed = list(allowed)
         super().__init__("a resumed run keeps its definition: it cannot change %s (only %s)"
-                         % (", ".join(self.fields), ", ".join(self.allowed)))
+                         % (", ".join(fields), ", ".join(self.allowed)), fields)
 
 
 class RunExists(AmortizedPyroError):

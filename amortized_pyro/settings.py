@@ -8,6 +8,9 @@ to values made in Python, and the command line generates its options from the sa
 import math
 from dataclasses import field, fields
 
+FLOAT32_MAX = 3.4028234663852886e38  # what torch's float32 tensors hold
+INT64_MAX = 2 ** 63 - 1
+
 
 def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
            parse=None, result=True):
@@ -34,8 +37,10 @@ def field_error(f, value):
             m["parse"](value)
         except ValueError:
             return "%s: cannot read %r (%s)" % (name, value, m["parse"].__doc__.strip().splitlines()[0])
-    if expected is float and not math.isfinite(value):
-        return "%s must be a finite number, got %r" % (name, value)
+    if expected is float and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        return "%s must be a finite number of at most %.3g in size (float32), got %r" % (name, FLOAT32_MAX, value)
+    if expected is int and abs(value) > INT64_MAX:
+        return "%s must be at most %d in size (int64), got %r" % (name, INT64_MAX, value)
     if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
         return "%s must be %s %g, got %r" % (name, ">" if m["open_low"] else ">=", m["low"], value)
     if m["high"] is not None and (value > m["high"] or (m["open_high"] and value == m["high"])):
@@ -48,10 +53,10 @@ class Checked:
 
     def check(self):
         """Every field within its range or choices (the command line's own rules); returns self."""
-        from amortized_pyro.errors import AmortizedPyroError
+        from amortized_pyro.errors import InvalidSettings
 
         for f in fields(self):
             error = field_error(f, getattr(self, f.name))
             if error:
-                raise AmortizedPyroError(error)
+                raise InvalidSettings(error, [f.name])
         return self

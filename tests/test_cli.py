@@ -131,7 +131,14 @@ def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
 @pytest.mark.parametrize("args, option", [
     (["fit", "--checkpoint-every", "abc"], "--checkpoint-every"), (["fit", "--device", "foo"], "--device"),
     (["fit", "--seed", "-1"], "--seed"), (["gap", ".", "--refine-steps", "abc"], "--refine-steps"),
-    (["gap", ".", "--refine-steps", "0,-5"], "--refine-steps")])
+    (["gap", ".", "--refine-steps", "0,-5"], "--refine-steps"),
+    (["fit", *FAST, "--elbo", "meanfield", "--objective", "reference"], "--objective"),
+    (["fit", *FAST, "--replicas", "2", "--guide", "semi-amortized"], "--guide"),
+    (["fit", *FAST, "--init-scale", "1e308"], "--init-scale"),
+    (["fit", *FAST, "--epochs", "99999999999999999999999"], "--epochs"),
+    (["fit", "--resume", "somewhere"], "--out"),  # a usage error raised inside the command
+    (["gap", ".", "--seed", "-1"], "--seed"), (["capacity", ".", "--widths", "8,8"], "--widths"),
+    (["compare", "--seeds", "0,0"], "--seeds")])
 def test_usage_errors_exit_2_before_anything_is_written(tmp_path, args, option):
     result = run(*args, "--out", str(tmp_path / "run"))
     assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output
@@ -200,3 +207,24 @@ def test_a_damaged_run_directory_is_one_line(tmp_path, damage, expected):
     line = one_error_line(run("gap", str(out), "--n-images", "2", "--max-steps", "20", "--ais-steps", "0",
                               "--samples", "2", "--importance-samples", "2", "--no-progress"))
     assert expected in line
+
+
+@pytest.mark.parametrize("command", ["fit", "compare", "gap", "capacity"])
+def test_an_empty_out_is_a_usage_error(tmp_path, command):
+    args = [command] + (["."] if command in ("gap", "capacity") else [])
+    result = run(*args, "--out", "")
+    assert result.exit_code == 2 and "--out" in result.output and "empty path" in result.output
+
+
+def test_a_run_without_test_images_writes_json_and_a_gap_says_what_it_measured(tmp_path):
+    out = tmp_path / "run"
+    result = run("fit", "--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "0", "--epochs", "1",
+                 "--batch-size", "30", "--hidden", "8", "--z-dim", "3", "--width", "4", "--no-progress", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=lambda c: pytest.fail("not JSON: " + c))
+    assert summary["mean_image_mse"]["test_mse"] is None
+    measured = run("gap", str(out), "--split", "train", "--n-images", "1000", "--max-steps", "10", "--ais-steps", "0",
+                   "--samples", "2", "--importance-samples", "2", "--no-progress", "--out", str(tmp_path / "gap.json"))
+    assert measured.exit_code == 0, measured.output
+    assert "the run has 60 train images: measuring all of them, not 1000" in measured.output
+    assert json.loads((tmp_path / "gap.json").read_text())["n_images"] == 60

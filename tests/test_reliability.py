@@ -114,7 +114,7 @@ def test_resume_cannot_change_what_defines_the_run(tmp_path):
     assert CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(out)]).exit_code == 0
     (out / "summary.json").unlink()  # as if interrupted after its last checkpoint
     refused = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--guide", "shared", "--lr", "1e-4"])
-    assert refused.exit_code == 1 and "cannot change --guide" in refused.output
+    assert refused.exit_code == 2 and "cannot change --guide" in refused.output  # a usage error
     same = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--guide", "amortized", "--no-progress"])
     assert same.exit_code == 0, same.output  # restating the run's own value is not a change
 

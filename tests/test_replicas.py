@@ -104,5 +104,5 @@ def test_cli_replicas_and_what_they_refuse(tmp_path):
     assert all((tmp_path / "p" / s / "summary.json").exists() for s in ("seed4", "seed5"))
     refused = CliRunner().invoke(cli, common + ["--replicas", "2", "--guide", "semi-amortized",
                                                 "--out", str(tmp_path / "q")])
-    assert refused.exit_code == 1 and "replicas support" in refused.output
+    assert refused.exit_code == 2 and "replicas support" in refused.output  # a usage error
     assert len(refused.output.strip().splitlines()) == 1

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from amortized_pyro.cli.common import DEBUG_ENV, friendly_errors, overwrite_option, stderr_log, threads_option
+from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, friendly_errors, overwrite_option, repeated, stderr_log,
+                                       threads_option)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
@@ -51,7 +52,7 @@ def cli(debug):
 @cli.command("fit")
 @config_file_option
 @settings_options(FitConfig, grid=True)
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=OutPath(file_okay=False), default=None,
               help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME-XXXX, unique).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue the run in this directory from its last checkpoint, with its own config; options "
@@ -98,6 +99,8 @@ def comma_list(ctx, param, value):
         values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
         if not values:
             raise click.BadParameter("give at least one value")
+        if repeated(values) is not None:
+            raise click.BadParameter("%s is given twice in %r" % (repeated(values), value))
         return check_values(field, values)
     except ValueError:
         raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
@@ -141,7 +144,7 @@ def plateau_fraction_option(command):
 @click.option("--study", default="compare", show_default=True, help="Name of the study, shown in figure titles.")
 @plateau_fraction_option
 @settings_options(FitConfig, grid=False)
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=OutPath(file_okay=False), default=None,
               help="Output folder (default: runs/compare-TIME-XXXX). Re-running with the same --out reuses "
                    "finished runs and resumes interrupted ones whose config and data match.")
 @overwrite_option
@@ -194,7 +197,7 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
 
 @cli.command("plot")
 @click.argument("results_file", metavar="RESULTS", type=click.Path(dir_okay=False))
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=OutPath(file_okay=False), default=None,
               help="Folder for the figures (default: the folder holding RESULTS).")
 @plateau_fraction_option
 @threads_option

@@ -9,7 +9,7 @@ import click
 import torch
 
 from amortized_pyro.cli.options import option_name
-from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, RunExists
+from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings, RunExists
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -33,10 +33,14 @@ def friendly_errors(command):
         code = 1
         try:
             return command(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own: usage errors (exit 2) and exits
         except (AmortizedPyroError, MemoryError, torch.OutOfMemoryError, OSError) as e:
             if debugging():
                 raise
             code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
+            if isinstance(e, InvalidSettings):  # a usage error found once the options met each other
+                code = 2
             if isinstance(e, AmortizedPyroError):
                 message = hint(e)
             elif isinstance(e, (MemoryError, torch.OutOfMemoryError)):
@@ -62,6 +66,8 @@ def hint(error):
     if isinstance(error, FixedSettings):
         return "--resume continues a run as it was defined: it cannot change %s (only %s)" % (
             ", ".join(map(option_name, error.fields)), ", ".join(map(option_name, error.allowed)))
+    if isinstance(error, InvalidSettings):
+        return "%s (%s)" % (error, ", ".join(map(option_name, error.fields)))
     if isinstance(error, Interrupted) and error.out:
         return "%s: resume with %s fit --resume %s" % (error, PROG, error.out)
     if isinstance(error, Diverged) and error.out:
@@ -80,6 +86,25 @@ def overwrite_option(command):
                         help="Replace a run that --out already holds (otherwise refused).")(command)
 
 
+class OutPath(click.Path):
+    """click's Path, refusing the empty string (which would write into the current folder)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path: give a folder or file name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def repeated(values):
+    """The first value that ``values`` holds twice, or None."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
+    return None
+
+
 def whole_numbers(low, required=False):
     """A click callback reading comma-separated whole numbers >= ``low`` (at least one where ``required``)."""
     def read(ctx, param, value):
@@ -89,6 +114,8 @@ def whole_numbers(low, required=False):
             raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
         if (required and not values) or any(v < low for v in values):
             raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
+        if repeated(values) is not None:
+            raise click.BadParameter("%d is given twice in %r" % (repeated(values), value))
         return values
     return read
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from amortized_pyro.autoguides.capacity import EncoderTraining
-from amortized_pyro.cli.common import (friendly_errors, overwrite_option, stderr_log, step_counts, threads_option, whole_numbers)
+from amortized_pyro.cli.common import (OutPath, friendly_errors, overwrite_option, stderr_log, step_counts,
+                                       threads_option, whole_numbers)
 from amortized_pyro.cli.options import settings_options
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
@@ -29,7 +30,7 @@ from amortized_pyro.study.results import load_gap_reports
 @click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
               "0,5,20,100: the gap left after that many steps from the guide's factor.")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "out_file", type=OutPath(dir_okay=False), default=None,
               help="Where to write the results (default: RUN_DIR/gap.json).")
 @overwrite_option
 @threads_option
@@ -78,7 +79,7 @@ def gap_report_command(folder):
 @settings_options(EncoderTraining, progress=False)
 @settings_options(GapSettings)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+@click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
                    "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")
 @overwrite_option

@@ -55,6 +55,8 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     if images.shape[0] == 0:
         raise AmortizedPyroError("the run has no %s images" % split)
     c = result.config
+    if n_images > images.shape[0]:
+        log("the run has %d %s images: measuring all of them, not %d" % (images.shape[0], split, n_images))
     gap_seed, chosen = gap_images(settings, c.seed, images.shape[0], n_images)
     x = images[chosen.to(images.device)]
     idx = chosen.to(x.device) if split == "train" else None

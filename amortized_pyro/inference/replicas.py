@@ -28,11 +28,10 @@ import pyro.distributions as dist
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.util import site_is_subsample
 
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import DeviceTrace_ELBO, make_elbo, make_optimizer
 from amortized_pyro.inference.training import check_once, minibatches
-from amortized_pyro.support.streams import rng_states
-from amortized_pyro.support.streams import outside_the_stream
+from amortized_pyro.support.streams import outside_the_stream, rng_states
 
 SUPPORTED = "every guide but the semi-amortized (it refines inside the guide), particles = 1, elbo = trace"
 
@@ -47,8 +46,8 @@ def check_pack(configs):
         if replace(c, seed=first.seed) != first:
             raise AmortizedPyroError("replicas differ only in their seed")
     if first.guide == "semi-amortized" or first.particles != 1 or first.elbo != "trace":
-        raise AmortizedPyroError("replicas support %s (this run: guide %s, particles %d, elbo %s)"
-                                 % (SUPPORTED, first.guide, first.particles, first.elbo))
+        raise InvalidSettings("replicas support %s (this run: guide %s, particles %d, elbo %s)"
+                              % (SUPPORTED, first.guide, first.particles, first.elbo), ["guide", "particles", "elbo"])
 
 
 class ReplicaStreams(Messenger):

@@ -90,7 +90,7 @@ class GapSettings(Checked):
     chunk: int = option(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
                         "depends on it.", low=1)
     seed: int = option(0, "Seeds the images and every draw of the evaluation: with a run's training seed added "
-                       "unless --paired.")
+                       "unless --paired.", low=0)
     paired: bool = option(False, "Measure every run on the images and draws of --seed alone, whatever its training "
                           "seed: right for comparing runs image by image; otherwise runs of different seeds get "
                           "different images and draws, and errors over seeds cover the images too.")

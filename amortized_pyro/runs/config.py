@@ -18,7 +18,7 @@ from pathlib import Path
 
 from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
 from amortized_pyro.autoguides.objectives import OBJECTIVES
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.models.decoder import LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.guides import GUIDES
@@ -146,8 +146,9 @@ class FitConfig(Checked):
         """Every field within its rules (:meth:`Checked.check`), and the fields that must agree do."""
         super().check()
         if self.elbo == "meanfield" and self.objective != "elbo":
-            raise AmortizedPyroError("the meanfield estimator's analytic KL is the true one: it cannot score q as "
-                                     "the reference objective does (use elbo = trace with objective = reference)")
+            raise InvalidSettings("the meanfield estimator's analytic KL is the true one: it cannot score q as the "
+                                  "reference objective does (use elbo = trace with objective = reference)",
+                                  ["elbo", "objective"])
         return self
 
     @classmethod

@@ -65,7 +65,7 @@ def atomic_write(path, write):
 
 
 def write_json(path, value):
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2) + "\n"))
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n"))  # JSON: no NaN
 
 
 def run_status(path):
@@ -177,8 +177,8 @@ class RunWriter:
 
     def finish(self, guide, final, mean_image_mse, train_seconds, epochs):
         atomic_write(self.out / "params.pt", lambda tmp: torch.save({"format": FORMAT, "guide": guide.state_dict()}, tmp))
-        summary = {"final": _json_safe(final), "mean_image_mse": mean_image_mse, "train_seconds": train_seconds,
-                   "ms_per_epoch": 1000 * train_seconds / max(1, epochs)}
+        summary = {"final": _json_safe(final), "mean_image_mse": _json_safe(mean_image_mse),
+                   "train_seconds": train_seconds, "ms_per_epoch": 1000 * train_seconds / max(1, epochs)}
         write_json(self.out / "summary.json", summary)
 
 
@@ -205,7 +205,8 @@ def _json_line(line, number, path):
     try:
         return json.loads(line)
     except ValueError as e:
-        raise AmortizedPyroError("cannot read %s: line %d is not JSON (%s)" % (path, number, e.args[0].split(":")[0])) from None
+        reason = e.args[0].split(":")[0]
+        raise AmortizedPyroError("cannot read %s: line %d is not JSON (%s)" % (path, number, reason)) from None
 
 
 def read_info(path):
