@@ -313,3 +313,24 @@ def test_a_finished_run_is_extended_by_more_epochs_exactly_as_a_longer_run(tmp_p
     assert extended.exit_code == 0, extended.output
     assert "extending the finished run" in extended.output and (short / "summary.json").exists()
     assert metrics(short) == metrics(whole)
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing_in_the_way(tmp_path, monkeypatch):
+    """A failure between claiming the run directory and the first checkpoint removes what it wrote: the same
+    --out then starts the run (there was nothing to resume); a directory that held other files keeps them."""
+    from amortized_pyro.errors import AmortizedPyroError
+    from amortized_pyro.runs import fit as fit_module
+
+    def fails(*args, **kwargs):
+        raise AmortizedPyroError("the guide could not be built")
+    out, kept = tmp_path / "run", tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with monkeypatch.context() as patch:
+        patch.setattr(fit_module, "build", fails)
+        for where in (out, kept):
+            failed = CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(where)])
+            assert failed.exit_code == 1 and "could not be built" in failed.output
+    assert not out.exists() and sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
+    again = CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(out)])
+    assert again.exit_code == 0, again.output

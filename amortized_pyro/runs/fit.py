@@ -248,7 +248,12 @@ def run(config, data, device, writer, checkpoint, progress, log):
     data = data.to(device)
     if config.batch_size > data.train.shape[0]:
         log("batch size %d > %d training images: training on the full batch" % (config.batch_size, data.train.shape[0]))
-    model, guide, state = start(config, data, device, writer, checkpoint)
+    try:
+        model, guide, state = start(config, data, device, writer, checkpoint)
+    except BaseException:
+        if writer and not checkpoint:
+            writer.discard()  # nothing finished: no directory that --out refuses and --resume cannot continue
+        raise
     try:
         train(SingleRun(model, guide, state, config, writing(writer, guide, state, device)), data, config, progress)
     except (Diverged, Interrupted) as e:

@@ -112,6 +112,7 @@ class RunWriter:
         self.metrics_path = self.out / "metrics.jsonl"
         self.kind, self.every = every
         self.last_save = time.perf_counter()
+        self.created = not self.out.exists()
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -135,6 +136,15 @@ class RunWriter:
             (Path(out) / name).unlink(missing_ok=True)
         for derived in Path(out).glob("gap*.json"):
             derived.unlink()
+
+    def discard(self):
+        """Undo a new run that failed before its first checkpoint: its files, and its directory if this
+        writer made it, so that the same ``out`` can start the run again (there was nothing to resume)."""
+        if run_status(self.out) != "started":
+            return
+        self.clear(self.out)
+        if self.created and not any(self.out.iterdir()):
+            self.out.rmdir()
 
     def _claim(self, info):
         """Create config.json exclusively: of two runs started into one directory, one is refused."""
