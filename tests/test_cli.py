@@ -94,7 +94,7 @@ def write_npy(path, nan=False):
     ("nan data", "NaN"),
     ("cuda absent", "CUDA is not available"),
     ("diverges", "diverged"),
-    ("fashion offline", "could not be downloaded"),
+    ("fashion offline", "downloading is off"),
 ])
 def test_runtime_errors_exit_1_with_one_line(tmp_path, case, expected):
     args = list(FAST)

@@ -1,5 +1,6 @@
 """Data sources: IDX folders (plain and gzipped), .npy/.npz arrays, the shipped sample, subsets, bad files."""
 import gzip
+import sys
 
 import numpy as np
 import pytest
@@ -49,7 +50,18 @@ def test_mnist_unavailable_offline_falls_back_to_sample(tmp_path):
     lines = []
     data = load_data("mnist", data_dir=tmp_path, n_obs=100, n_test=10, download=False, log=lines.append)
     assert len(lines) == 1 and "shipped MNIST sample" in lines[0]
+    assert "downloading is off" in lines[0] and "downloaded" not in lines[0]
     assert "sample" in data.source and data.train.shape == (100, 784)
+
+
+def test_a_broken_torchvision_is_named_not_the_network(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now raises ImportError
+    lines = []
+    data = load_data("mnist", data_dir=tmp_path, n_obs=100, n_test=10, download=True, log=lines.append)
+    assert len(lines) == 1 and lines[0].startswith("torchvision cannot be imported (ModuleNotFoundError")
+    assert "download" not in lines[0] and "sample" in data.source
+    with pytest.raises(AmortizedPyroError, match="torchvision cannot be imported"):
+        load_data("fashion-mnist", data_dir=tmp_path, n_obs=100, n_test=10)
 
 
 @pytest.mark.parametrize("compress", [False, True])

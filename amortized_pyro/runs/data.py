@@ -143,9 +143,17 @@ def read_array_file(path):
         return to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None
 
 
+class TorchvisionBroken(AmortizedPyroError):
+    """torchvision cannot be imported: its installation, not the data or the network."""
+
+
 def read_torchvision(name, data_dir, download):
     """(train, test) through torchvision.datasets.MNIST / FashionMNIST, downloading into data_dir."""
-    from torchvision import datasets
+    try:
+        from torchvision import datasets
+    except Exception as e:  # ImportError, or a torchvision built for another torch (RuntimeError, OSError)
+        raise TorchvisionBroken("torchvision cannot be imported (%s: %s; install torch and torchvision together)"
+                                % (type(e).__name__, first_line(e))) from None
 
     cls = getattr(datasets, NAMED[name])
     splits = [cls(str(data_dir), train=train, download=download).data.numpy() for train in (True, False)]
@@ -177,7 +185,8 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
     """Load ``dataset`` (mnist | fashion-mnist | mnist-sample | a folder of IDX files | a .npy/.npz file),
     binarized from ``seed`` where asked; ``Data.name`` says what was used.
 
-    MNIST that can be neither found in ``data_dir`` nor downloaded falls back, with one line through ``log``,
+    MNIST that can be neither found in ``data_dir`` nor downloaded (or torchvision not imported) falls back,
+    with one line through ``log`` saying which,
     to the shipped sample (the first 3,000 images of the real MNIST test set, named ``mnist-sample``), where
     ``allow_sample``; otherwise that is an error.
     """
@@ -187,15 +196,21 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
         try:
             pool, test_pool = read_torchvision(dataset, data_dir, download)
             source = "%s (torchvision, %s)" % (NAMED[dataset], data_dir)
+        except TorchvisionBroken as e:
+            problem = str(e)
         except (RuntimeError, OSError, AmortizedPyroError) as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
             reason = " ".join(lines[:1] + lines[-1:] if len(lines) > 1 else lines)
+            problem = "%s is not in %s and %s (%s)" % (NAMED[dataset], data_dir, "could not be downloaded" if download
+                                                       else "downloading is off", reason)
+        else:
+            problem = None
+        if problem:
             if dataset != "mnist" or not allow_sample:
                 hint = "; --allow-sample uses the shipped 3,000-image MNIST sample instead" if dataset == "mnist" else ""
-                raise AmortizedPyroError("%s is not in %s and could not be downloaded (%s)%s"
-                                         % (NAMED[dataset], data_dir, reason, hint)) from None
-            log("MNIST is not in %s and could not be downloaded (%s): using the shipped MNIST sample instead "
-                "(named mnist-sample in the run's name and results)" % (data_dir, reason))
+                raise AmortizedPyroError(problem + hint) from None
+            log("%s: using the shipped MNIST sample instead (named mnist-sample in the run's name and results)"
+                % problem)
             return load_data("mnist-sample", data_dir, n_obs, n_test, seed, download, log, binarize)
     elif dataset == "mnist-sample":
         pool, test_pool = read_array_file(SAMPLE_PATH)
@@ -219,3 +234,7 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
     data = Data(train, test, source, name=dataset,
                 origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve()), "seed": seed})
     return data.binarize(seed) if binarize else data
+
+
+def first_line(error):
+    return (str(error).strip().splitlines() or [""])[0]
