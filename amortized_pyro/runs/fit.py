@@ -2,8 +2,8 @@
 into a run directory (:mod:`amortized_pyro.runs.store`), resume an interrupted run, load a finished one.
 
 A new run seeds the global random streams (torch, numpy, python: ``pyro.set_rng_seed``) once, in
-:func:`fit`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample sites
-come from them. A resumed run restores them from its checkpoint instead. Nothing else in the package
+:func:`seed_run`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample
+sites come from them. A resumed run restores them from its checkpoint instead. Nothing else in the package
 seeds or reads global state: a :class:`FitResult` carries its own model and guide, whose parameters are
 their own.
 """
@@ -152,8 +152,14 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     device = resolve_device(config.device)
     data = prepare_data(config, data, log)
     writer = new_writer(config, data, device, out, "overwrite" if overwrite else "new") if out else None
-    pyro.set_rng_seed(config.seed)  # the one place a run seeds the global streams (see the module docstring)
+    seed_run(config)
     return run(config, data, device, writer, None, progress, log)
+
+
+def seed_run(config):
+    """Seed the global random streams (torch, numpy, python) for a new run: the one place the package does
+    (see the module docstring); a single run (:func:`fit`) and each run of a pack alike."""
+    pyro.set_rng_seed(config.seed)
 
 
 RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive_draws", "checkpoint_every",

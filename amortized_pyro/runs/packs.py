@@ -8,13 +8,12 @@ seeds share its ``--data-seed``) into DIR/seed{S+r}; ``fit --resume DIR`` resume
 from dataclasses import replace
 from pathlib import Path
 
-import pyro
-
 from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
 from amortized_pyro.inference.replicas import Pack, Stream, check_pack
 from amortized_pyro.inference.training import train
 from amortized_pyro.runs.config import FitConfig
-from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data, start, stopped)
+from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data,
+                                     seed_run, start, stopped)
 from amortized_pyro.runs.store import read_checkpoint, read_info, run_status
 from amortized_pyro.support.devices import resolve_device
 
@@ -35,7 +34,7 @@ def begin(config, data, device, run_dir, status, overwrite, changes, log):
     elif run_dir is not None:
         writer = new_writer(config, data, device, run_dir, "overwrite" if overwrite or status == "started" else "new")
     if checkpoint is None:
-        pyro.set_rng_seed(config.seed)  # as fit seeds a single run; a checkpoint restores its own states
+        seed_run(config)  # a checkpoint restores its own states instead
     model, guide, state = start(config, data, device, writer, checkpoint)
     return model, guide, state, Stream(device), writer
 
