@@ -138,7 +138,8 @@ def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
     (["fit", *FAST, "--epochs", "99999999999999999999999"], "--epochs"),
     (["fit", "--resume", "somewhere"], "--out"),  # a usage error raised inside the command
     (["gap", ".", "--seed", "-1"], "--seed"), (["capacity", ".", "--widths", "8,8"], "--widths"),
-    (["compare", "--seeds", "0,0"], "--seeds")])
+    (["compare", "--seeds", "0,0"], "--seeds"), (["gap", ".", "--device", "foo"], "--device"),
+    (["capacity", ".", "--device", "cuda:x"], "--device")])
 def test_usage_errors_exit_2_before_anything_is_written(tmp_path, args, option):
     result = run(*args, "--out", str(tmp_path / "run"))
     assert result.exit_code == 2 and option in result.output and "Traceback" not in result.output

@@ -4,12 +4,14 @@ import functools
 import os
 import sys
 import traceback
+from dataclasses import fields
 
 import click
 import torch
 
-from amortized_pyro.cli.options import option_name
+from amortized_pyro.cli.options import field_option, option_name
 from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings, RunExists
+from amortized_pyro.runs.config import FitConfig
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -75,6 +77,11 @@ def hint(error):
     if isinstance(error, RunExists):
         return "%s: use --resume %s to continue it or --overwrite to replace it" % (error, error.out)
     return str(error)
+
+
+def device_option(command):
+    """``--device`` as ``fit`` has it (auto, cpu, cuda or cuda:N, checked; default auto), for every command."""
+    return field_option(next(f for f in fields(FitConfig) if f.name == "device"))(command)
 
 
 def stderr_log(line):

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from amortized_pyro.autoguides.capacity import EncoderTraining
-from amortized_pyro.cli.common import (OutPath, friendly_errors, overwrite_option, stderr_log, step_counts,
-                                       threads_option, whole_numbers)
+from amortized_pyro.cli.common import (OutPath, device_option, friendly_errors, overwrite_option, stderr_log,
+                                       step_counts, threads_option, whole_numbers)
 from amortized_pyro.cli.options import settings_options
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
@@ -16,7 +16,7 @@ from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.tables import format_capacity, format_gap, format_reports
 from amortized_pyro.runs.fit import finished_run
-from amortized_pyro.runs.store import atomic_write, read_info
+from amortized_pyro.runs.store import atomic_write, gap_report_path, read_info, write_report
 from amortized_pyro.study.results import load_gap_reports
 
 
@@ -29,7 +29,7 @@ from amortized_pyro.study.results import load_gap_reports
 @settings_options(GapSettings)
 @click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
               "0,5,20,100: the gap left after that many steps from the guide's factor.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@device_option
 @click.option("--out", "out_file", type=OutPath(dir_okay=False), default=None,
               help="Where to write the results (default: RUN_DIR/gap.json).")
 @overwrite_option
@@ -40,11 +40,11 @@ def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwr
     errors: L_n(guide), L_n(q*), the best factor per θ draw, log p(x_n) by IWAE and by AIS, and their
     differences (they add up to log p(x_n) − L_n(guide))."""
 
-    out_file = Path(out_file) if out_file else Path(run_dir) / "gap.json"
+    out_file = Path(out_file) if out_file else gap_report_path(run_dir)
     if out_file.exists() and not overwrite:
         raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
     report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log, progress)
-    out_file.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(out_file, report)
     click.echo(format_gap(report))
     click.echo("wrote %s" % out_file)
 
@@ -78,7 +78,7 @@ def gap_report_command(folder):
               help="The gaps on the first N training and N test images.")
 @settings_options(EncoderTraining, progress=False)
 @settings_options(GapSettings)
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@device_option
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
                    "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")

@@ -64,6 +64,21 @@ def atomic_write(path, write):
     os.replace(tmp, path)
 
 
+GAP_REPORTS = "gap*.json"  # the gap reports a run directory may hold: derived from the run, cleared with it
+
+
+def gap_report_path(run_dir, split=None):
+    """Where a run's gap report lives: RUN_DIR/gap.json (the ``gap`` command's default) or, one per split,
+    RUN_DIR/gap-SPLIT.json (``compare``'s)."""
+    return Path(run_dir) / ("gap.json" if split is None else "gap-%s.json" % split)
+
+
+def write_report(path, report):
+    """A gap report, written atomically. Its NaN (a standard error over one image) stay NaN tokens, which
+    Python's json reads back: the report readers expect numbers there."""
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(report, indent=1) + "\n"))
+
+
 def write_json(path, value):
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n"))  # JSON: no NaN
 
@@ -134,7 +149,7 @@ class RunWriter:
         nothing else."""
         for name in RUN_FILES:
             (Path(out) / name).unlink(missing_ok=True)
-        for derived in Path(out).glob("gap*.json"):
+        for derived in Path(out).glob(GAP_REPORTS):
             derived.unlink()
 
     def discard(self):

@@ -20,7 +20,7 @@ from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.runs.config import FitConfig, check_values, first_difference
 from amortized_pyro.runs.data import load_data
-from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status
+from amortized_pyro.runs.store import RunWriter, gap_report_path, load_history, read_info, run_status, write_report
 from amortized_pyro.study.executors import Job, run_local, run_ray
 from amortized_pyro.study.results import Results, slug
 
@@ -74,7 +74,7 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
     reports = []
     run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
     for split in ("train", "test"):
-        path = Path(job.run_dir) / ("gap-%s.json" % split)
+        path = gap_report_path(job.run_dir, split)
         images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
         if path.exists():
             report = json.loads(path.read_text())
@@ -88,7 +88,7 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
                 raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
         log("measuring the gaps of %s on %s images" % (job.name(), split))
         report = measure_run(job.run_dir, split, n_images, settings, COMPARE_REFINE, job.config.device, log)
-        path.write_text(json.dumps(report, indent=1) + "\n")
+        write_report(path, report)
         reports.append(report)
     return reports
 
