@@ -46,6 +46,13 @@ def test_the_ray_executor_gives_the_local_executors_table(local_ray, tmp_path):
     assert len(saved) == len(remote.rows) + len(remote.baselines) + len(remote.reconstructions)
 
 
+def test_a_workers_messages_reach_the_user(local_ray, tmp_path):
+    lines = []
+    grid = dict(TINY, batch_size=100, log=lines.append)  # more than the 40 training images: the run says so
+    compare(guides=("amortized",), widths=(4,), seeds=(0,), out=tmp_path / "ray", executor="ray", **grid)
+    assert any("training on the full batch" in line for line in lines), lines
+
+
 def grid_worker():
     """The Ray worker process training a grid run (Ray titles it after the task's function)."""
     for process in psutil.process_iter(["cmdline"]):

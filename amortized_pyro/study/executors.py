@@ -101,12 +101,14 @@ def can_pack(group):
 
 
 def train_grid_run(config, data, run_dir):
-    """A Ray task: execute one job on a worker; ``"finished"``, or the message of the run's own failure."""
+    """A Ray task: execute one job on a worker; (``"finished"`` or the message of the run's own failure, the
+    lines the run logged), so that a worker's messages (a capped batch, a data fallback) reach the user."""
+    lines = []
     try:
-        execute(FitConfig(**config), data, run_dir, progress=False, log=lambda line: None)
+        execute(FitConfig(**config), data, run_dir, progress=False, log=lines.append)
     except AmortizedPyroError as e:
-        return str(e)
-    return "finished"
+        return str(e), lines
+    return "finished", lines
 
 
 def import_ray():
@@ -149,7 +151,9 @@ def run_ray(jobs, progress, log, address=None, cpus_per_run=1.0, gpus_per_run=No
                     raise Interrupted(stop.signum, 0, None)
                 for ref in ready:
                     job = pending.pop(ref)
-                    outcome = ray.get(ref)
+                    outcome, lines = ray.get(ref)
+                    for line in lines:
+                        log("%s: %s" % (job.name(), line))
                     bar.update()
                     if outcome != "finished":
                         failed += 1
