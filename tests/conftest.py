@@ -50,7 +50,7 @@ def same_records(a, b):
 
 def legend_clear_of(ax):
     """Whether ``ax`` has a legend and it lies outside the axes' area (covers no data)."""
-    renderer = FigureCanvasAgg(ax.figure).get_renderer()  # the figure was closed by pyplot after saving
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()  # a renderer for the figure, whatever its canvas
     legend = ax.get_legend()
     return legend is not None and not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
 

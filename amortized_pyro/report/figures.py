@@ -20,7 +20,7 @@ import numpy as np
 
 from amortized_pyro.models.guides import FAMILIES, display_order
 from amortized_pyro.report.gap_figures import gap_figure
-from amortized_pyro.report.style import configuration_colors, legend_outside, plt, save_figure
+from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
 from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug
 
 
@@ -61,7 +61,7 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
     """One panel per dataset: the mean over seeds of each key in ``keys`` (solid, then dotted) against epoch,
     with a min–max band; ``baseline`` names the mean-image key to draw as a dashed line."""
     datasets = sorted({r["dataset"] for r in results.rows})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(9.5 * len(datasets), 4.5), squeeze=False)
+    fig, axes = subplots(1, len(datasets), figsize=(9.5 * len(datasets), 4.5), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
         plotted = []
         for key, style in zip(keys, ("-", ":")):
@@ -89,7 +89,7 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
 
 def speed_figure(results, path, fraction=PLATEAU_FRACTION):
     datasets = sorted({r["dataset"] for r in results.rows})
-    fig, axes = plt.subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
+    fig, axes = subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
     for col, dataset in enumerate(datasets):
         runs = {}
         for (ds, name, seed), rows in results.runs().items():
@@ -129,7 +129,7 @@ def reconstruction_figure(results, dataset, path):
     images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
     n = max(len(v) for v in images.values())
     side = int(round(np.sqrt(next(iter(images.values())).shape[1])))
-    fig, axes = plt.subplots(2 * n, len(names), figsize=(1.2 * len(names), 1.2 * 2 * n + 0.8), squeeze=False)
+    fig, axes = subplots(2 * n, len(names), figsize=(1.2 * len(names), 1.2 * 2 * n + 0.8), squeeze=False)
     for col, name in enumerate(names):
         for s, split in enumerate(("train", "test")):
             for i in range(n):
@@ -156,7 +156,7 @@ def seeds_figure(results, path):
     panels = [(dataset, name) for dataset in datasets for name in names]
     ncols = min(3, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    fig, axes = subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
     for ax, (dataset, name) in zip(axes.flat, panels):
         curves = _curves(results, dataset, "elbo_per_obs")
         if name in curves:
@@ -205,7 +205,7 @@ STUDY_RUN = ("study", "dataset", "label", "seed")  # merged studies: the same co
 def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
     """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
     (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, right) = subplots(1, 2, figsize=(12, 4.5))
     studies = sorted({r["study"] for r in results.rows})
     colors = dict(zip(studies, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
     runs = results.runs(by=STUDY_RUN)

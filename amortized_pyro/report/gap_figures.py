@@ -4,12 +4,13 @@
                         constant-VI as reference lines, and the gap left after k refinement steps
     capacity_figure     fresh encoders on a frozen q(θ): the amortization gap against width, per depth
 """
+import matplotlib
 import matplotlib.ticker
 import numpy as np
 
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.models.guides import ENCODER_GUIDES, display_order
-from amortized_pyro.report.style import FAMILY_COLORS, configuration_colors, legend_outside, plt, save_figure
+from amortized_pyro.report.style import FAMILY_COLORS, configuration_colors, legend_outside, save_figure, subplots
 
 
 def gap_figure(reports, path):
@@ -25,7 +26,7 @@ def gap_figure(reports, path):
                      refinement=[dict(row, gap_left=refinement_over_seeds(group, row["steps"]))
                                  for row in group[0]["refinement"]])
            for key, group in groups.items()}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
+    fig, (left, right) = subplots(1, 2, figsize=(14, 4.5))
     split_styles = {"train": "-", "test": "--"}
     widths = set()
     for split, style in split_styles.items():
@@ -67,9 +68,9 @@ def gap_figure(reports, path):
 def capacity_figure(rows, path):
     """The amortization gap against encoder width (the widths as ticks), a colour per depth, train solid and
     test dashed, mean ± s.e. over the encoders' seeds."""
-    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    fig, ax = subplots(figsize=(8.5, 4.5))
     depths = sorted({r["depth"] for r in rows})
-    colors = dict(zip(depths, plt.get_cmap("viridis")(np.linspace(0.1, 0.8, len(depths)))))
+    colors = dict(zip(depths, matplotlib.colormaps.get_cmap("viridis")(np.linspace(0.1, 0.8, len(depths)))))
     for depth in depths:
         for split, style in (("train", "-"), ("test", "--")):
             widths = sorted({r["width"] for r in rows if (r["depth"], r["split"]) == (depth, split)})

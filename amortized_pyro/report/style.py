@@ -1,8 +1,7 @@
-"""What every figure shares: the Agg backend, a colour per configuration, legends beside the axes, saving."""
+"""What every figure shares: figures made outside pyplot (no backend chosen, no global figure registry: a
+figure is written by its own Agg canvas), a colour per configuration, legends beside the axes, saving."""
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
 
 from amortized_pyro.models.guides import FAMILIES
 
@@ -17,8 +16,14 @@ def configuration_colors(names):
     encoders = [f.label for f in FAMILIES.values() if f.encoder]
     for family, cmap in zip(encoders, COLORMAPS):
         members = [n for n in names if n.startswith(family + " ")]
-        colors.update({n: plt.get_cmap(cmap)(0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
+        colors.update({n: matplotlib.colormaps[cmap](0.15 + 0.7 * i / max(1, len(members) - 1)) for i, n in enumerate(members)})
     return colors
+
+
+def subplots(nrows=1, ncols=1, figsize=None, **kwargs):
+    """A figure and its axes, as ``pyplot.subplots`` gives them, without pyplot."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def legend_outside(ax, fontsize=7):
@@ -28,8 +33,7 @@ def legend_outside(ax, fontsize=7):
 
 
 def save_figure(fig, path):
-    """Write ``fig`` to ``path`` and release it from pyplot; returns the figure (its artists stay readable)."""
+    """Write ``fig`` to ``path``; returns the figure (its artists stay readable)."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return fig
