@@ -13,14 +13,12 @@ from amortized_pyro.cli.commands import cli
 from amortized_pyro.gap.capacity import train_encoder
 from amortized_pyro.gap.measure import measure
 from amortized_pyro.local.gaps import GapSettings
-from amortized_pyro.models import decoder as model_module
 
 from conftest import tiny_finished_run
 from test_gap import Linear
 
 
-def test_a_converged_encoder_closes_the_gap_where_it_can(monkeypatch):
-    monkeypatch.setattr(model_module, "LEAKY_SLOPE", 1.0)
+def test_a_converged_encoder_closes_the_gap_where_it_can():
     linear = Linear()  # N = 4 images, z in 2-D
     with torch.no_grad():  # θ at a point: E_q[θ]
         linear.guide.q_theta.log_scale.fill_(math.log(1e-6))

@@ -19,7 +19,6 @@ from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import converge, refine
-from amortized_pyro.models import decoder as model_module
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.report.gap_figures import gap_figure
@@ -37,7 +36,7 @@ class Linear:
     def __init__(self):
         torch.set_default_dtype(torch.float64)
         pyro.set_rng_seed(0)
-        self.model = BayesianDecoderModel(N, D, Z, H, obs_scale=SIGMA)
+        self.model = BayesianDecoderModel(N, D, Z, H, obs_scale=SIGMA, slope=1.0)  # a linear decoder
         self.guide = make_guide("per-datapoint", self.model)
         self.x = torch.randn(N, D)
         self.idx = torch.arange(N)
@@ -73,7 +72,6 @@ class Linear:
 
 @pytest.fixture
 def linear(monkeypatch):
-    monkeypatch.setattr(model_module, "LEAKY_SLOPE", 1.0)
     return Linear()
 
 

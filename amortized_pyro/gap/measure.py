@@ -9,7 +9,6 @@ import pyro
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
-from amortized_pyro.models.decoder import decode
 from amortized_pyro.models.guides import config_label
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
@@ -38,7 +37,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
                                    progress, compact=True)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
-        plugin = model.observation_mean(decode(best.loc, theta))
+        plugin = model.mean_image(best.loc, theta)
     result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
     return result
 

@@ -16,7 +16,6 @@ import math
 
 import torch
 
-from amortized_pyro.models.decoder import decode
 
 EVAL_BATCH = 10000
 MSE_KEYS = ("train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse")
@@ -50,7 +49,7 @@ def reconstruct(model, guide, x, idx=None):
         q_z = factor(guide, x[rows], None if idx is None else idx[rows])
         if q_z is None:
             return None
-        chunks.append(model.observation_mean(decode(q_z[0], theta)))
+        chunks.append(model.mean_image(q_z[0], theta))
     return torch.cat(chunks)
 
 
@@ -69,7 +68,7 @@ def predict(model, guide, x, idx, draws, generator):
         theta = guide.global_sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
-            total[rows] += model.observation_mean(decode(z, theta))
+            total[rows] += model.mean_image(z, theta)
     return total / draws
 
 

@@ -77,15 +77,15 @@ def _layer(h, weight, bias):
     return torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
 
 
-def hidden(z, theta):
+def hidden(z, theta, slope=LEAKY_SLOPE):
     """The decoder's last hidden layer for latents z (see :func:`decode`)."""
     h = z
     for layer in (1, 2):
-        h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), LEAKY_SLOPE)
+        h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), slope)
     return h
 
 
-def decode(z, theta):
+def decode(z, theta, slope=LEAKY_SLOPE):
     """Ω(z; θ): the decoder's mean for latents z [..., B, z_dim] and weights ``theta`` (site → tensor).
 
     Weights may carry a leading dimension P (particles, the gap's θ draws): [P, H, z_dim] with z [P, B, z_dim]
@@ -93,7 +93,7 @@ def decode(z, theta):
     gap's S z draws per weight draw, P > 1: one matrix product of S·B rows per draw). A z [D, P, B, z_dim]
     with D = P > 1 would read as the latter: nothing here makes one.
     """
-    return _layer(hidden(z, theta), theta["decoder.w3"], theta["decoder.b3"])
+    return _layer(hidden(z, theta, slope), theta["decoder.w3"], theta["decoder.b3"])
 
 
 GRAM = ("gram.WtW", "gram.Wt(x-b)", "gram.|x-b|2")
@@ -136,8 +136,9 @@ class BayesianDecoderModel(LocalModule):
     no parameters: every weight of the decoder is a latent variable."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
-                 likelihood="normal", local_terms="minibatch"):
+                 likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE):
         super().__init__()
+        self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs
         self.x_dim = x_dim
@@ -158,9 +159,9 @@ class BayesianDecoderModel(LocalModule):
         terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
         prior = -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI  # log N(z; 0, I) in closed form
         if GRAM[0] not in theta:
-            return self.observation(decode(z, theta)).log_prob(x) + prior
+            return self.observation(decode(z, theta, self.slope)).log_prob(x) + prior
         # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
-        h = hidden(z, theta)  # [M, S, n, H]
+        h = hidden(z, theta, self.slope)  # [M, S, n, H]
         gram, linear, offset = (theta[name] for name in GRAM)  # [M, H, H], [M, n, H], [M, n]
         hg = torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape)
         square = offset.unsqueeze(1) + ((hg - 2 * linear.unsqueeze(1)) * h).sum(-1)  # one product with h, not two
@@ -184,6 +185,10 @@ class BayesianDecoderModel(LocalModule):
     def observation_mean(self, out):
         """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""
         return torch.sigmoid(out) if self.likelihood == "bernoulli" else out
+
+    def mean_image(self, z, theta):
+        """E[x | z, θ] for latents z and weights θ: the image the decoder makes of z."""
+        return self.observation_mean(decode(z, theta, self.slope))
 
     def sample_decoder(self, zero):
         """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
@@ -210,4 +215,4 @@ class BayesianDecoderModel(LocalModule):
             if self.local_terms != "all":
                 with kl_scaled(kl_scale):
                     z = pyro.sample("z", prior_z)
-            pyro.sample("x", self.observation(decode(z, theta)), obs=x)
+            pyro.sample("x", self.observation(decode(z, theta, self.slope)), obs=x)
