@@ -334,3 +334,12 @@ def test_a_run_that_fails_before_its_first_checkpoint_leaves_nothing_in_the_way(
     assert not out.exists() and sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
     again = CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "1", "--out", str(out)])
     assert again.exit_code == 0, again.output
+
+
+def test_a_resumed_runs_progress_bar_goes_on_from_its_epoch(tmp_path):
+    out = tmp_path / "run"
+    assert CliRunner().invoke(cli, ["fit", *RUN, "--epochs", "2", "--out", str(out)]).exit_code == 0
+    (out / "summary.json").unlink()  # as if interrupted after its last checkpoint
+    resumed = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--epochs", "4", "--progress"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "2/4" in resumed.output and "0/2" not in resumed.output

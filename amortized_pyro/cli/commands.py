@@ -53,7 +53,7 @@ def cli(debug):
 @config_file_option
 @settings_options(FitConfig, grid=True)
 @click.option("--out", type=OutPath(file_okay=False), default=None,
-              help="Run directory (default: runs/GUIDE-DATASET-seedS-TIME-XXXX, unique).")
+              help="Run directory (default: runs/GUIDE[-wK]-DATASET-seedS-TIME-XXXX, unique; -wK for the encoder guides).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue the run in this directory from its last checkpoint, with its own config; options "
                    "given on the command line (e.g. a lower --lr) change it.")

@@ -137,7 +137,7 @@ def train(runs, data, schedule, progress=True):
     epoch0 = runs.states[0].epoch
     runs.check(data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all)
     bar = tqdm(range(epoch0 + 1, schedule.epochs + 1), desc=runs.label, unit="epoch", disable=not progress,
-               leave=False)
+               leave=False, initial=epoch0, total=schedule.epochs)  # a resumed run's bar goes on from its epoch
     with StopSignals() as stop, pyro.validation_enabled(False):
         for epoch in bar:
             began = time.perf_counter()
