@@ -229,3 +229,20 @@ def test_a_run_without_test_images_writes_json_and_a_gap_says_what_it_measured(t
     assert measured.exit_code == 0, measured.output
     assert "the run has 60 train images: measuring all of them, not 1000" in measured.output
     assert json.loads((tmp_path / "gap.json").read_text())["n_images"] == 60
+
+
+def test_ctrl_c_while_starting_is_one_line_and_status_130():
+    """A KeyboardInterrupt raised while ``python -m amortized_pyro`` imports its command line (torch, Pyro)."""
+    script = ("import builtins, runpy\n"
+              "real = builtins.__import__\n"
+              "def interrupted(name, *args, **kwargs):\n"
+              "    if name == 'amortized_pyro.cli.commands':\n"
+              "        raise KeyboardInterrupt\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = interrupted\n"
+              "runpy.run_module('amortized_pyro', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 130 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == ["Error: interrupted while starting; nothing was written"]
+    assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, amortized_pyro; print(list(sys.modules))"],
+                                         capture_output=True, text=True, timeout=300).stdout.split("'")
