@@ -18,7 +18,6 @@ rewrites metrics.jsonl from its checkpoint. Tensors are read back onto the CPU a
 and optimizers on their own device, so random states stay CPU tensors whatever the device.
 """
 import json
-import math
 import os
 import pickle
 import platform
@@ -31,6 +30,7 @@ import torch
 import pyro
 
 from amortized_pyro.errors import AmortizedPyroError, RunExists
+from amortized_pyro.support.jsonio import from_json, to_json
 from amortized_pyro.support.streams import rng_states, set_rng_states
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
@@ -46,14 +46,6 @@ def _upgrade(value):
     if isinstance(value, dict) and value.get("format") == 2:
         value = dict(value, format=3, guide={RENAMED_IN_3.get(k, k): v for k, v in value["guide"].items()})
     return value
-
-
-def _json_safe(record):
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-
-
-def _from_json(record):
-    return {k: (math.nan if v is None else v) for k, v in record.items()}
 
 
 def atomic_write(path, write):
@@ -113,7 +105,7 @@ def restore(checkpoint, guide, state, schedule, device):
     set_rng_states(checkpoint["rng"], device)
     state.evaluation_rng.set_state(checkpoint["evaluation_rng"])
     state.epoch, state.train_seconds = checkpoint["epoch"], checkpoint["train_seconds"]
-    state.history = [_from_json(r) for r in checkpoint["history"]]
+    state.history = [from_json(r) for r in checkpoint["history"]]
 
 
 class RunWriter:
@@ -178,7 +170,7 @@ class RunWriter:
 
     def add(self, record):
         """Append one metrics line with a single write, so a kill leaves whole lines only."""
-        line = (json.dumps(_json_safe(record)) + "\n").encode()
+        line = (json.dumps(to_json(record)) + "\n").encode()
         fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
@@ -186,7 +178,7 @@ class RunWriter:
             os.close(fd)
 
     def rewrite_metrics(self, history):
-        text = "".join(json.dumps(_json_safe(r)) + "\n" for r in history)
+        text = "".join(json.dumps(to_json(r)) + "\n" for r in history)
         atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
     def checkpoint(self, guide, state, device, rng=None):
@@ -202,7 +194,7 @@ class RunWriter:
 
     def finish(self, guide, final, mean_image_mse, train_seconds, epochs):
         atomic_write(self.out / "params.pt", lambda tmp: torch.save({"format": FORMAT, "guide": guide.state_dict()}, tmp))
-        summary = {"final": _json_safe(final), "mean_image_mse": _json_safe(mean_image_mse),
+        summary = {"final": to_json(final), "mean_image_mse": to_json(mean_image_mse),
                    "train_seconds": train_seconds, "ms_per_epoch": 1000 * train_seconds / max(1, epochs)}
         write_json(self.out / "summary.json", summary)
 
@@ -217,7 +209,7 @@ def _load(path, what):
                                          "and results files stay readable" % (what, path))
             return value
         if what.endswith(".jsonl"):
-            return [_from_json(_json_line(line, number, path / what))
+            return [from_json(_json_line(line, number, path / what))
                     for number, line in enumerate((path / what).read_text().splitlines(), 1) if line.strip()]
         return json.loads((path / what).read_text())
     except FileNotFoundError:
@@ -252,7 +244,7 @@ def read_run(path):
         return read_info(path), load_history(path), _load(path, "params.pt")["guide"]
     if status == "partial":
         checkpoint = read_checkpoint(path)
-        return read_info(path), [_from_json(r) for r in checkpoint["history"]], checkpoint["guide"]
+        return read_info(path), [from_json(r) for r in checkpoint["history"]], checkpoint["guide"]
     raise AmortizedPyroError("%s is not a run directory (%s)" % (path, "no run files" if status == "empty"
                                                                      else "no checkpoint yet"))
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import MSE_KEYS, mean_image_mse
 from amortized_pyro.models.guides import FAMILIES, config_label, display_order
+from amortized_pyro.runs.store import atomic_write
+from amortized_pyro.support.jsonio import from_json, to_json
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
@@ -33,10 +35,6 @@ def uses_z(ratio):
     if math.isnan(ratio):
         return "n/a"
     return "yes" if ratio <= INFORMATIVE else "partly" if ratio <= PARTLY else "no"
-
-
-def _nan(value):
-    return math.nan if value is None else value
 
 
 class Results:
@@ -88,13 +86,13 @@ class Results:
         return any((r["dataset"], r["label"], r["split"]) == (dataset, name, split) for r in self.reconstructions)
 
     def save(self, path):
-        with open(path, "w") as f:
-            gaps = [dict({k: v for k, v in g.items() if k != "per_image"}, kind="gap",
-                         refinement=[{k: v for k, v in r.items() if k != "per_image"} for r in g["refinement"]])
-                    for g in self.gaps]
-            for row in self.rows + self.baselines + self.failures + gaps + self.reconstructions:
-                f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                    for k, v in row.items()}) + "\n")
+        """The table as JSON lines, written atomically."""
+        gaps = [dict({k: v for k, v in g.items() if k != "per_image"}, kind="gap",
+                     refinement=[{k: v for k, v in r.items() if k != "per_image"} for r in g["refinement"]])
+                for g in self.gaps]
+        text = "".join(json.dumps(to_json(row)) + "\n"
+                       for row in self.rows + self.baselines + self.failures + gaps + self.reconstructions)
+        atomic_write(Path(path), lambda tmp: tmp.write_text(text))
 
     @classmethod
     def load(cls, path):
@@ -105,11 +103,10 @@ class Results:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise AmortizedPyroError("%s is not a results file (JSON lines): %s" % (path, e)) from None
         numeric = MSE_KEYS + ("elbo", "elbo_per_obs", "theta_scale_mean")
-        rows = [{k: (_nan(v) if k in numeric else v) for k, v in r.items()}
-                for r in lines if r.get("kind") == "metrics"]
+        rows = [from_json(r, numeric) for r in lines if r.get("kind") == "metrics"]
         if not rows:
             raise AmortizedPyroError("%s holds no metrics rows" % path)
-        baselines = [{k: _nan(v) for k, v in r.items()} for r in lines if r.get("kind") == "baseline"]
+        baselines = [from_json(r) for r in lines if r.get("kind") == "baseline"]
         return cls(rows, [r for r in lines if r.get("kind") == "reconstruction"], baselines,
                    [r for r in lines if r.get("kind") == "failure"], [r for r in lines if r.get("kind") == "gap"])
 
