@@ -5,9 +5,7 @@ The training options are generated from :class:`~amortized_pyro.runs.config.FitC
 (:mod:`amortized_pyro.cli.options`); ``--config FILE`` reads a TOML preset, which options given on the command
 line override.
 """
-import secrets
 import signal
-import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,17 +22,15 @@ from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
 from amortized_pyro.report.tables import summary_text
 from amortized_pyro.runs.config import FitConfig, check_values
 from amortized_pyro.runs.fit import RESUMABLE_CHANGES, fit, prepare_data, resume
+from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
 from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
 from amortized_pyro.study.comparison import COMPARE_GAP, WIDTHS, compare
-from amortized_pyro.study.results import PLATEAU_FRACTION, Results, slug
+from amortized_pyro.study.results import PLATEAU_FRACTION, Results
 
 
 def default_out(config, data):
     """runs/GUIDE[-wK]-DATA-seedS-TIME-XXXX: named for the data actually used, unique (random suffix)."""
-    dataset = slug(Path(data.name).stem or data.name)
-    width = "-w%d" % config.width if config.guide in ENCODER_GUIDES else ""
-    return Path("runs") / ("%s%s-%s-seed%d-%s-%s" % (config.guide, width, dataset, config.seed,
-                                                    time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
+    return new_run_dir(config.guide, config.width if config.guide in ENCODER_GUIDES else None, data.name, config.seed)
 
 
 def split_config(options):
@@ -179,7 +175,7 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
     settings, extra = split_config(options)
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
                        retries=ray_retries)
-    out = Path(out) if out else Path("runs") / ("compare-%s-%s" % (time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(2)))
+    out = Path(out) if out else new_comparison_dir()
     try:
         results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
                           progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,

@@ -16,7 +16,8 @@ from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.tables import format_capacity, format_gap, format_reports
 from amortized_pyro.runs.fit import finished_run
-from amortized_pyro.runs.store import atomic_write, gap_report_path, read_info, write_report
+from amortized_pyro.runs.layout import capacity_dir, gap_report_path
+from amortized_pyro.runs.store import atomic_write, read_info, write_report
 from amortized_pyro.study.results import load_gap_reports
 
 
@@ -91,7 +92,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     images: does capacity close the gap when the decoder is fixed?"""
     training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
     gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
-    out = Path(out_dir) if out_dir else Path(run_dir) / "capacity"
+    out = Path(out_dir) if out_dir else capacity_dir(run_dir)
     result, data = finished_run(run_dir, device, stderr_log)
     run_id, path = read_info(run_dir).get("run_id"), out / "capacity.jsonl"
     done = []

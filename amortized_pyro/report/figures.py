@@ -21,7 +21,8 @@ import numpy as np
 from amortized_pyro.models.guides import FAMILIES, display_order
 from amortized_pyro.report.gap_figures import gap_figure
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
-from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch, slug
+from amortized_pyro.runs.layout import slug
+from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch
 
 
 def _curves(results, dataset, key):

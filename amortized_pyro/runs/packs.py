@@ -14,13 +14,14 @@ from amortized_pyro.inference.training import train
 from amortized_pyro.runs.config import FitConfig
 from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data,
                                      seed_run, start, stopped)
+from amortized_pyro.runs.layout import PACK_RUNS, pack_run_dir
 from amortized_pyro.runs.store import read_checkpoint, read_info, run_status
 from amortized_pyro.support.devices import resolve_device
 
 
 def pack_dirs(out, configs):
     """The run directory of each replica in the pack folder ``out``: ``out/seed{seed}``."""
-    return [Path(out) / ("seed%d" % c.seed) for c in configs]
+    return [pack_run_dir(out, c.seed) for c in configs]
 
 
 def begin(config, data, device, run_dir, status, overwrite, changes, log):
@@ -74,13 +75,13 @@ def fit_replicas(config, replicas, data=None, out=None, progress=True, log=print
 def is_pack(path):
     """Whether ``path`` is a pack folder (no run of its own; run directories seed*/)."""
     path = Path(path)
-    return not (path / "config.json").exists() and any(p.is_dir() for p in path.glob("seed*"))
+    return not (path / "config.json").exists() and any(p.is_dir() for p in path.glob(PACK_RUNS))
 
 
 def resume_pack(path, data=None, progress=True, log=print, **changes):
     """Resume the pack folder ``path`` (its runs at one checkpoint) on their images (``data`` where given,
     checked), with ``changes`` to their schedule as :func:`amortized_pyro.runs.fit.resume` takes them."""
-    run_dirs = sorted((p for p in Path(path).glob("seed*") if p.is_dir()), key=lambda p: p.name)
+    run_dirs = sorted((p for p in Path(path).glob(PACK_RUNS) if p.is_dir()), key=lambda p: p.name)
     configs = [replace(FitConfig(**read_info(d)["config"]), **changes).check() for d in run_dirs]
     for run_dir, config in zip(run_dirs, configs):  # finished runs given more epochs are extended, as resume does
         if run_status(run_dir) == "finished" and config.epochs > read_info(run_dir)["config"]["epochs"]:

@@ -30,6 +30,7 @@ import torch
 import pyro
 
 from amortized_pyro.errors import AmortizedPyroError, RunExists
+from amortized_pyro.runs.layout import GAP_REPORTS
 from amortized_pyro.support.jsonio import from_json, to_json
 from amortized_pyro.support.streams import rng_states, set_rng_states
 
@@ -54,15 +55,6 @@ def atomic_write(path, write):
     tmp = path.with_name(".%s.tmp-%d" % (path.name, os.getpid()))
     write(tmp)
     os.replace(tmp, path)
-
-
-GAP_REPORTS = "gap*.json"  # the gap reports a run directory may hold: derived from the run, cleared with it
-
-
-def gap_report_path(run_dir, split=None):
-    """Where a run's gap report lives: RUN_DIR/gap.json (the ``gap`` command's default) or, one per split,
-    RUN_DIR/gap-SPLIT.json (``compare``'s)."""
-    return Path(run_dir) / ("gap.json" if split is None else "gap-%s.json" % split)
 
 
 def write_report(path, report):

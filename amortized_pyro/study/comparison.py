@@ -20,9 +20,10 @@ from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.runs.config import FitConfig, check_values, first_difference
 from amortized_pyro.runs.data import load_data
-from amortized_pyro.runs.store import RunWriter, gap_report_path, load_history, read_info, run_status, write_report
+from amortized_pyro.runs.layout import gap_report_path, grid_run_dir
+from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status, write_report
 from amortized_pyro.study.executors import Job, run_local, run_ray
-from amortized_pyro.study.results import Results, slug
+from amortized_pyro.study.results import Results
 
 EXECUTORS = ("local", "ray")
 
@@ -134,7 +135,7 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
             for seed in seeds:
                 config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
                 name = config_label(config)
-                run_dir = out / "runs" / slug(data.name) / ("%s-seed%d" % (slug(name), seed)) if out else None
+                run_dir = grid_run_dir(out, data.name, name, seed) if out else None
                 jobs.append(Job(data.name, name, seed, config, run_dir, data))
     for job in jobs:
         plan(job, overwrite)

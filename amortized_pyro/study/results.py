@@ -12,7 +12,6 @@ Whether z carries information is read off the ratio of the final train plug-in M
 """
 import json
 import math
-import re
 import statistics
 from pathlib import Path
 
@@ -24,10 +23,6 @@ from amortized_pyro.support.jsonio import from_json, to_json
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
-
-
-def slug(text):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_")
 
 
 def uses_z(ratio):
