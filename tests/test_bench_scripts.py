@@ -1,0 +1,31 @@
+"""Every bench script still imports what it uses and parses its options (a smoke test: the benchmarks
+themselves run by hand, their results in BENCHMARKS.md), and the interleaved bench's summary reads its log."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "summarize_interleaved.py")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_bench_script_starts(script):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if "__main__" in (BENCH / script).read_text():  # a script, not a module the others import
+        assert "usage" in done.stdout.lower()
+
+
+def test_the_interleaved_summary_takes_medians_per_checkout(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("## abc1234 (/tmp/before), repeat 1\n| reference | amortized | 10.0 | 11.0 | 12.0 |\n"
+                   "## def5678 (/work/main), repeat 1\n| reference | amortized | 10.0 | 11.0 | 10.5 |\n"
+                   "## abc1234 (/tmp/before), repeat 2\n| reference | amortized | 10.0 | 11.0 | 14.0 |\n"
+                   "## def5678 (/work/main), repeat 2\n| reference | amortized | 10.0 | 11.0 | 11.5 |\n")
+    done = subprocess.run([sys.executable, str(BENCH / "summarize_interleaved.py"), str(log)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "| reference | amortized | abc1234 | 2 | 13.00 | 1.300 |" in done.stdout
+    assert "| reference | amortized | def5678 | 2 | 11.00 | 1.100 |" in done.stdout
