@@ -95,8 +95,9 @@ def comma_list(ctx, param, value):
         values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
         if not values:
             raise click.BadParameter("give at least one value")
-        if repeated(values) is not None:
-            raise click.BadParameter("%s is given twice in %r" % (repeated(values), value))
+        twice = repeated(values)
+        if twice is not None:
+            raise click.BadParameter("%s is given twice in %r" % (twice, value))
         return check_values(field, values)
     except ValueError:
         raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None

@@ -121,8 +121,9 @@ def whole_numbers(low, required=False):
             raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
         if (required and not values) or any(v < low for v in values):
             raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
-        if repeated(values) is not None:
-            raise click.BadParameter("%d is given twice in %r" % (repeated(values), value))
+        twice = repeated(values)
+        if twice is not None:
+            raise click.BadParameter("%d is given twice in %r" % (twice, value))
         return values
     return read
 

@@ -121,11 +121,12 @@ def hmc_transition(path, point, beta, step_size, leapfrog, draws, generators):
     r = draws.normal(generators, point.z.shape[1:], point.z.dtype) / path.scale
     kinetic = 0.5 * (path.variance * r.pow(2)).sum(-1)
     start_energy = path.energy(point, beta) + kinetic
-    new = point
-    for _ in range(leapfrog):
-        r = r - 0.5 * step_size * path.energy_grad(new, beta)
+    new, grad = point, path.energy_grad(point, beta)
+    for _ in range(leapfrog):  # each point's gradient serves the half steps on both sides of it
+        r = r - 0.5 * step_size * grad
         new = path.at(new.z + step_size * path.variance * r)
-        r = r - 0.5 * step_size * path.energy_grad(new, beta)
+        grad = path.energy_grad(new, beta)
+        r = r - 0.5 * step_size * grad
     log_accept = start_energy - path.energy(new, beta) - 0.5 * (path.variance * r.pow(2)).sum(-1)
     uniform = draws.uniform(generators, log_accept.shape[1:], point.z.dtype)
     accepted = torch.isfinite(log_accept) & (uniform.log() < log_accept)
