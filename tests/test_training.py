@@ -100,3 +100,29 @@ def test_refinement_raises_the_local_elbo_and_the_encoder_still_learns(tiny_data
     loss = make_elbo()(result.model, result.guide)(tiny_data.train[:40], torch.arange(40))
     grads = torch.autograd.grad(loss, list(result.guide.q_z.encoder.parameters()))
     assert all(torch.isfinite(g).all() for g in grads) and sum(g.abs().sum() for g in grads) > 0
+
+
+def test_the_early_stopping_rule_compares_window_means():
+    from amortized_pyro.inference.training import flat
+    rule = FitConfig(stop_window=2, stop_gain=0.5)
+    assert not flat([0.0, 1.0, 2.0, 3.0], rule)  # windows (0.5, 2.5): rose by 2
+    assert not flat([0.0, 1.0, 1.2, 1.0], rule)  # windows (0.5, 1.1): rose by 0.6
+    assert flat([0.0, 1.0, 0.8, 1.0], rule)  # windows (0.5, 0.9): rose by 0.4
+    assert not flat([0.0, 1.0, 1.0], rule)  # not at a window's end
+    assert not flat([5.0, 5.0, 5.0, 5.0], FitConfig(stop_window=2, kl_warmup=1))  # the window before meets the warm-up
+    assert flat([5.0, 5.0, 5.0, 5.0, 5.0, 5.0], FitConfig(stop_window=2, kl_warmup=2))
+    assert not flat([5.0] * 8, FitConfig(stop_window=0))
+
+
+def test_early_stopping_ends_the_run_at_the_rules_first_stop(tiny_data, tmp_path):
+    full = fit(SMALL, data=tiny_data, epochs=40, progress=False)
+    values = [r["elbo_per_obs"] for r in full.history]
+    from amortized_pyro.inference.training import flat
+    rule = FitConfig(stop_window=3, stop_gain=16.0)
+    expected = next(e for e in range(1, 41) if flat(values[:e], rule))
+    assert 6 <= expected < 40  # the rule stops this run, and not at its first chance only by construction
+    stopped = fit(SMALL, data=tiny_data, epochs=40, stop_window=3, stop_gain=16.0, progress=False, out=tmp_path / "run")
+    assert len(stopped.history) == expected
+    assert [r["elbo"] for r in stopped.history] == [r["elbo"] for r in full.history[:expected]]
+    assert math.isfinite(stopped.final["train_plugin_mse"]) and (tmp_path / "run" / "summary.json").exists()
+    assert "stopped at epoch %d of at most 40" % expected in stopped.summary()

@@ -112,18 +112,21 @@ def repeated(values):
     return None
 
 
-def whole_numbers(low, required=False):
-    """A click callback reading comma-separated whole numbers >= ``low`` (at least one where ``required``)."""
+def whole_numbers(low, required=False, kind=int):
+    """A click callback reading comma-separated whole numbers (or numbers of ``kind``) >= ``low`` (at least
+    one where ``required``)."""
+    noun = "whole numbers" if kind is int else "numbers"
+
     def read(ctx, param, value):
         try:
-            values = [int(v) for v in value.split(",") if v.strip()]
+            values = [kind(v) for v in value.split(",") if v.strip()]
         except ValueError:
-            raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-        if (required and not values) or any(v < low for v in values):
-            raise click.BadParameter("expected whole numbers >= %d, got %r" % (low, value))
+            raise click.BadParameter("expected %s separated by commas, got %r" % (noun, value)) from None
+        if (required and not values) or any(not v >= low for v in values):
+            raise click.BadParameter("expected %s >= %s, got %r" % (noun, low, value))
         twice = repeated(values)
         if twice is not None:
-            raise click.BadParameter("%d is given twice in %r" % (twice, value))
+            raise click.BadParameter("%s is given twice in %r" % (twice, value))
         return values
     return read
 

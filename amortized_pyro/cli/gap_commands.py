@@ -120,4 +120,80 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     click.echo("wrote capacity.jsonl, capacity.md and capacity.png into %s" % out)
 
 
-GAP_COMMANDS = (gap_command, gap_report_command, capacity_command)
+@click.command("held-out")
+@click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--widths", default="64,1024", show_default=True, callback=whole_numbers(1, required=True),
+              help="Comma-separated encoder widths; each trains on every --subsets size, on the training images "
+                   "and on training plus held-out images.")
+@click.option("--subsets", default="500,1000", show_default=True, callback=whole_numbers(1),
+              help="Comma-separated numbers of training images for encoders trained on a subset.")
+@click.option("--regularized-widths", default="64", show_default=True, callback=whole_numbers(1),
+              help="Widths that also train with each --weight-decays value and with early stopping.")
+@click.option("--weight-decays", default="0.01,0.1", show_default=True, callback=whole_numbers(0, kind=float),
+              help="Comma-separated AdamW decays of the regularized encoders' weight matrices.")
+@click.option("--early-stopping", "early_stopping", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Early stopping: windows without a rise of the validation ELBO (a tenth of the training "
+                   "images held out) before stopping (0: no early-stopping encoder).")
+@click.option("--n-images", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Images in each measured set (training, training unseen by subset encoders, held-out).")
+@click.option("--refine-steps", default="5,20", show_default=True, callback=step_counts,
+              help="Comma-separated step counts: the gap left after that many refinement steps (SA-VI at test "
+                   "time) from every encoder.")
+@settings_options(EncoderTraining, progress=False)
+@settings_options(GapSettings)
+@device_option
+@click.option("--out", "out_dir", type=OutPath(file_okay=False), required=True,
+              help="Folder for held_out.jsonl, references.jsonl, held_out.md and the figures; the same command "
+                   "again continues the study there.")
+@threads_option
+@friendly_errors
+def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decays, early_stopping, n_images,
+                     refine_steps, device, out_dir, progress, **settings):
+    """Where the held-out amortization gap comes from: on each run's frozen q(θ), fresh encoders trained on
+    subsets of its training images, on all of them, and on them plus the held-out images (transductive), some
+    regularized; their gaps on training images, training images a subset encoder never saw, and held-out
+    images, against one q* per image."""
+    from amortized_pyro.gap.held_out import Encoder, study
+
+    training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
+    gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
+    encoders = [Encoder(w, n) for w in widths for n in subsets] + [Encoder(w, t) for w in widths
+                                                                   for t in ("train", "train+test")]
+    encoders += [Encoder(w, "train", "weight-decay", d) for w in regularized_widths for d in weight_decays]
+    encoders += [Encoder(w, "train", "early-stopping", early_stopping) for w in regularized_widths if early_stopping]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path, refs_path = out / "held_out.jsonl", out / "references.jsonl"
+    read = (lambda path: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if path.exists() else [])
+    rows, references = read(rows_path), {r["run"]: r for r in read(refs_path)}
+    wanted = dict(training=asdict(training.check()), settings=asdict(gap_settings.check()), n_images=n_images,
+                  refine_steps=refine_steps)
+    for r in list(references.values()):
+        if {k: r[k] for k in wanted} != wanted:
+            raise AmortizedPyroError("%s holds a study with other settings: --out another folder" % refs_path)
+
+    def save(run, width, run_references, run_rows):
+        references[run] = dict(wanted, run=run, width=width, sets=run_references)
+        rows[:] = [r for r in rows if r["run"] != run] + [dict(r, run=run) for r in run_rows]
+        for path, items in ((refs_path, references.values()), (rows_path, rows)):
+            text = "".join(json.dumps(item) + "\n" for item in items)
+            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text))
+
+    for run_dir in run_dirs:
+        result, data = finished_run(run_dir, device, stderr_log)
+        run = str(run_dir)
+        stderr_log("%s: %d fresh encoders" % (run, len(encoders)))
+        study(result, data, encoders, training, gap_settings, n_images, refine_steps,
+              references[run]["sets"] if run in references else None, [r for r in rows if r["run"] == run],
+              lambda refs, new, run=run, width=result.config.width: save(run, width, refs, new), stderr_log, progress)
+    from amortized_pyro.report.held_out import format_held_out, held_out_figures
+
+    table = format_held_out(rows, list(references.values()))
+    (out / "held_out.md").write_text(table + "\n")
+    held_out_figures(rows, list(references.values()), out)
+    click.echo(table)
+    click.echo("wrote held_out.jsonl, references.jsonl, held_out.md and the figures into %s" % out)
+
+
+GAP_COMMANDS = (gap_command, gap_report_command, capacity_command, held_out_command)

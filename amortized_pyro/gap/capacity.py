@@ -10,27 +10,33 @@ average out the noise of single epochs, whose draws are fresh). The same protoco
 builder is :func:`amortized_pyro.autoguides.capacity.capacity_sweep`; this one keeps the package model's
 hand-written log joint and its minibatches, for speed.
 """
+import math
 from dataclasses import asdict
 
 import torch
 
 from amortized_pyro.autoguides.capacity import until_converged
 from amortized_pyro.gap.measure import gap_images, measure
+from amortized_pyro.inference.svi import make_optimizer
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.models.guides import label, make_guide
 from amortized_pyro.support.streams import outside_the_stream
 
 
-def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
-    """A fresh amortized guide on the frozen ``q_theta`` (a copy), its encoder trained to convergence (module
-    docstring): (the guide, epochs run, whether the cap was hit, the last window's mean local ELBO per image)."""
+def train_encoder(model, q_theta, x, width, layers, slope, training, seed, target=-math.inf, window_end=None,
+                  weight_decay=0.0):
+    """A fresh amortized guide on the frozen ``q_theta`` (a copy), its encoder trained to convergence on the
+    images ``x`` (module docstring; ``target`` and ``window_end`` as in
+    :func:`~amortized_pyro.autoguides.capacity.until_converged`, ``window_end`` given the guide first; ``weight_decay``: AdamW's decoupled decay on
+    the encoder's weight matrices, as ``fit --weight-decay``): (the guide, epochs run, whether the cap was
+    hit, the last window's mean local ELBO per image)."""
     generator = torch.Generator(x.device).manual_seed(seed)
     with outside_the_stream(x.device):
         torch.manual_seed(seed)  # the encoder's initialisation
         guide = make_guide("amortized", model, width, encoder_layers=layers, encoder_slope=slope).to(x.device)
     guide.q_theta.load_state_dict(q_theta.state_dict())
     factor = guide.q_z
-    optimizer = torch.optim.Adam(factor.parameters(), lr=training.encoder_lr)
+    optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(factor.named_parameters()))
 
     def epoch():
         order = torch.randperm(x.shape[0], generator=generator, device=x.device)
@@ -39,7 +45,8 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed):
             total += encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
         return total
 
-    return (guide,) + until_converged(epoch, optimizer, training, x.shape[0])
+    hook = None if window_end is None else (lambda epochs, mean: window_end(guide, epochs, mean))
+    return (guide,) + until_converged(epoch, optimizer, training, x.shape[0], target, hook)
 
 
 def encoder_step(model, q_theta, factor, optimizer, x, rows, generator):

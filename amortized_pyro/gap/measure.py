@@ -2,13 +2,17 @@
 (:func:`gap_images`, by the gap seed), the guide's factor for them, the model's cheaper log joint (WᵀW of
 its last layer), and the report of one run and split (:func:`measure_run`, what the ``gap`` command writes).
 """
+import time
+
 import torch
 
 import pyro
 
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import factor
+from amortized_pyro.local.estimates import local_elbo
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
+from amortized_pyro.local.optimize import refine
 from amortized_pyro.models.guides import config_label
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
@@ -30,8 +34,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
     ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
-    generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
-    fit, score = (model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
+    fit, score = theta_draws(model, guide, x, settings, seed)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
                                    progress, compact=True)
@@ -40,6 +43,32 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
         plugin = model.mean_image(best.loc, theta)
     result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
     return result
+
+
+def theta_draws(model, guide, x, settings, seed=None):
+    """(fit, score): the draws of θ that :func:`measure` fits and scores on for images ``x`` and ``seed``."""
+    generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
+    return tuple(model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
+
+
+@pyro.validation_enabled(False)
+def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_steps=()):
+    """L_n of ``guide``'s factor per image on the score draws that :func:`measure` takes for the same images,
+    settings and seed, so that a report's L_n(q*) minus it is this guide's amortization gap with common random
+    numbers (another encoder on a run's frozen q(θ), say), and the same after each of ``refine_steps`` Adam
+    steps from it (the report's refinement rows): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
+    settings = (settings or GapSettings()).check()
+    fit, score = theta_draws(model, guide, x, settings, seed)
+    scored, chunk = score.at("score"), settings.chunk
+    loc, scale = factor(guide, x, idx, fit.at("guide"))
+    elbos, seconds = {"guide": local_elbo(model.local_log_joint, x, loc, scale, scored, settings.samples, chunk)}, {}
+    for k in refine_steps:
+        began = time.perf_counter()
+        k_loc, k_log_scale = refine(model.local_log_joint, x, loc, scale.log(), fit.at("refine"), settings.refine_lr,
+                                    k, settings.step_samples, chunk=chunk)
+        seconds[k] = time.perf_counter() - began
+        elbos[k] = local_elbo(model.local_log_joint, x, k_loc, k_log_scale.exp(), scored, settings.samples, chunk)
+    return elbos, seconds
 
 
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,

@@ -45,6 +45,9 @@ def check_pack(configs):
     for c in configs[1:]:
         if replace(c, seed=first.seed) != first:
             raise AmortizedPyroError("replicas differ only in their seed")
+    if first.stop_window:
+        raise InvalidSettings("replicas train every seed for the same epochs: early stopping (stop_window) would make "
+                              "a replica other than the run of its seed", ["stop_window"])
     if first.guide == "semi-amortized" or first.particles != 1 or first.elbo != "trace":
         raise InvalidSettings("replicas support %s (this run: guide %s, particles %d, elbo %s)"
                               % (SUPPORTED, first.guide, first.particles, first.elbo), ["guide", "particles", "elbo"])

@@ -13,7 +13,10 @@ ELBO) the loss is recorded as ``objective``, and at every evaluation the true EL
 (``theta_scale_mean``). ``batch_order="blocks"`` takes fixed consecutive minibatches in order (the
 authors' code) instead of a fresh random order every epoch. The loop knows nothing of files:
 after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
-SIGTERM stop it after the epoch under way (a second signal at once).
+SIGTERM stop it after the epoch under way (a second signal at once). With ``stop_window`` W the run ends at
+the first epoch e (a multiple of W, past any warm-up) where the mean training objective per image over
+epochs e − W + 1 … e exceeds that over the W epochs before by less than ``stop_gain`` (:func:`flat`): one
+convergence criterion for runs whose epochs differ in steps and images.
 """
 import contextlib
 import math
@@ -39,6 +42,15 @@ class TrainingState:
         self.optimizer = make_optimizer(guide, schedule.lr, schedule.weight_decay, (schedule.beta1, schedule.beta2))
         self.evaluation_rng = torch.Generator(device).manual_seed(schedule.seed)
         self.epoch, self.history, self.train_seconds = 0, [], 0.0
+
+
+def flat(values, schedule):
+    """Whether the early-stopping rule (module docstring) ends training after the epochs whose training
+    objectives per image are ``values`` (the whole run's, oldest first)."""
+    w, epoch = schedule.stop_window, len(values)
+    if not w or epoch % w or epoch - 2 * w < schedule.kl_warmup:
+        return False
+    return sum(values[-w:]) / w - sum(values[-2 * w:-w]) / w < schedule.stop_gain
 
 
 def kl_schedule(schedule, epoch, device):
@@ -73,10 +85,10 @@ def true_elbo(elbo, guide, data, schedule, x_all):
         return -(sum(elbo(data.train[idx], idx, None, x_all) for idx in blocks) / len(blocks)).item()
 
 
-def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all):
+def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo, x_all, last=None):
     """The record of ``epoch`` whose mean loss was ``loss`` (the ELBO's, or the objective's: see the module
-    docstring), with the evaluation where ``eval_every`` asks for one (its draws from ``state``'s generator,
-    the true ELBO's outside the training stream)."""
+    docstring), with the evaluation where ``eval_every`` asks for one or the run ends (``last``; default: at
+    ``schedule.epochs``); its draws from ``state``'s generator, the true ELBO's outside the training stream."""
     n_obs = data.train.shape[0]
     is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
     record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
@@ -85,7 +97,7 @@ def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elb
         record["objective"] = -loss
     if kl_scale is not None:
         record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
-    if epoch % schedule.eval_every == 0 or epoch == schedule.epochs:
+    if epoch % schedule.eval_every == 0 or (epoch == schedule.epochs if last is None else last):
         if schedule.objective != "elbo":
             record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
             record["elbo_per_obs"] = record["elbo"] / n_obs
@@ -144,6 +156,9 @@ def train(runs, data, schedule, progress=True):
             kl_scale = kl_schedule(schedule, epoch, device)
             losses = runs.epoch_losses(data, schedule, kl_scale, x_all).tolist()  # the epoch's one host sync
             elapsed = time.perf_counter() - began
+            last = epoch == schedule.epochs or (schedule.stop_window and epoch % schedule.stop_window == 0 and all(
+                flat([r.get("objective", r["elbo"]) / n_obs for r in state.history] + [-loss / n_obs], schedule)
+                for loss, state in zip(losses, runs.states)))
             records = []
             for r, (loss, model, guide, state, elbo) in enumerate(zip(losses, runs.models, runs.guides, runs.states,
                                                                      runs.elbos)):
@@ -152,12 +167,14 @@ def train(runs, data, schedule, progress=True):
                     raise Diverged(epoch, loss, replica=r)
                 with runs.random_states(r):
                     records.append(epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elbo,
-                                                x_all))
+                                                x_all, last))
                 state.history.append(records[-1])
                 state.epoch = epoch
             if "train_plugin_mse" in records[0]:
                 bar.set_postfix(elbo="%.1f" % records[0]["elbo_per_obs"], mse="%.4f" % records[0]["train_plugin_mse"])
             stopping = stop.signum is not None
-            runs.after_epoch(records, epoch == schedule.epochs, stopping)
+            runs.after_epoch(records, last, stopping)
             if stopping:
                 raise Interrupted(stop.signum, epoch)
+            if last:
+                break

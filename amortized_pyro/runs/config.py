@@ -128,6 +128,11 @@ class FitConfig(Checked):
                        "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every Normal "
                        "site; the same expectation, less variance; only with --objective elbo).", choices=ESTIMATORS)
     particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
+    stop_window: int = option(0, "Stop early when the training objective per image, averaged over windows of this "
+                              "many epochs, rose by less than --stop-gain on the window before (--epochs is then a "
+                              "cap; the same rule for every N, where fixed epochs are not); 0 = train all --epochs.",
+                              low=0)
+    stop_gain: float = option(0.1, "... nats per image (with --stop-window).", low=0)
     kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)

@@ -86,6 +86,9 @@ def format_fit(result):
              % (c.guide, width, result.data_source, final["epoch"], result.device, result.train_seconds,
                 1000 * result.train_seconds / max(1, final["epoch"])),
              final_elbo_line(final)]
+    if final["epoch"] < c.epochs:
+        lines.insert(1, "stopped at epoch %d of at most %d: the objective per image rose by less than %g nats over "
+                        "the last %d epochs" % (final["epoch"], c.epochs, c.stop_gain, c.stop_window))
     for split in ("train", "test"):
         lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
             split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
@@ -162,8 +165,8 @@ def seed_run(config):
     pyro.set_rng_seed(config.seed)
 
 
-RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "eval_every", "predictive_draws", "checkpoint_every",
-                     "data_dir", "download")
+RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "stop_window", "stop_gain", "eval_every", "predictive_draws",
+                     "checkpoint_every", "data_dir", "download")
 
 
 def resume(path, data=None, progress=True, log=print, **changes):
