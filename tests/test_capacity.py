@@ -54,6 +54,9 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
     assert sorted((r["width"], r["depth"], r["seed"], r["split"]) for r in rows) == sorted(
         (w, d, s, split) for w in (4, 16) for d in (1, 2) for s in (0, 1) for split in ("train", "test"))
     assert all(r["epochs"] == 3 and r["encoder_capped"] for r in rows)  # 3 epochs: the cap, said as such
+    # the level every fresh encoder must reach: the run's own encoder's objective on the training images
+    assert len({r["target"] for r in rows}) == 1 and all(r["reached_target"] == (r["encoder_elbo"] >= r["target"])
+                                                         for r in rows)
     # each encoder seed its own images (the gap seed: --seed plus the encoder's), every width of a seed the same
     images = {(r["seed"], r["split"]): set() for r in rows}
     for r in rows:

@@ -37,9 +37,8 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from amortized_pyro.gap.capacity import train_encoder
+from amortized_pyro.gap.capacity import objective_level, train_encoder
 from amortized_pyro.gap.measure import guide_elbos, measure
-from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.local.gaps import summarize
 
 SETS = ("train", "train-unseen", "test")
@@ -103,20 +102,6 @@ def reference(model, guide, sets, settings, gap_seed, refine_steps, progress=Fal
                          progress, gap_seed)
         reports[name] = dict(report, images=idx.tolist(), n_images=x.shape[0])
     return reports
-
-
-@torch.no_grad()
-def objective_level(model, q_theta, factor, x, seed, epochs=5, batch_size=250):
-    """The encoder training objective (mean local ELBO per image, one θ ~ q(θ) per minibatch and one z draw
-    per image) of ``factor`` on images ``x``, averaged over ``epochs`` passes: the level a fresh encoder must
-    reach (the jointly trained encoder's)."""
-    generator, total = torch.Generator(x.device).manual_seed(seed), 0.0
-    for _ in range(epochs):
-        for rows in torch.randperm(x.shape[0], generator=generator, device=x.device).split(batch_size):
-            loc, scale = factor(x[rows], rows)
-            theta = q_theta.sample(generator)
-            total += log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum().item()
-    return total / epochs / x.shape[0]
 
 
 def gaps(model, guide, sets, references, settings, gap_seed, refine_steps=()):
