@@ -138,3 +138,9 @@ def test_missing_source_gives_clear_error(tmp_path):
         load_data("cifar", **quiet)
     with pytest.raises(AmortizedPyroError, match="no IDX image files"):
         load_data(str(tmp_path), **quiet)
+
+
+def test_a_dataset_path_never_names_a_hidden_folder():
+    from amortized_pyro.runs.layout import grid_run_dir, slug
+    assert slug("../shared/data/mnist") == "shared_data_mnist" and slug("mnist-sample") == "mnist-sample"
+    assert not any(part.startswith(".") for part in grid_run_dir("out", "../data/x.npz", "A-VI k=64", 0).parts[1:])

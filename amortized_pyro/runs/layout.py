@@ -11,8 +11,9 @@ GAP_REPORTS = "gap*.json"  # the gap reports a run directory may hold: derived f
 
 
 def slug(text):
-    """``text`` as a file-name part: anything but letters, digits, ``_.-`` becomes ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_")
+    """``text`` as a file-name part: anything but letters, digits, ``_.-`` becomes ``_``; no leading dot (a
+    dataset given as ``../data/mnist`` must not make a hidden folder)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).lstrip("._").rstrip("_")
 
 
 def stamp():
