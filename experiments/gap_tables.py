@@ -11,23 +11,25 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
               plateau: small against the whole run's gain), the largest fall of the ELBO per image from one
               epoch to the next after the first 10% of epochs (stability), and training ms per step (the
               runs' own clocks, on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
-  gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± s.e.
-With --by-n each configuration's label names its N (training images).
+  gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± 1 s.e. (the
+              title says over what); a missing value (F-VI's held-out amortization gap) as "n/a", no bar; hatched
+              where some q* or q*_m stopped at its step cap; the approximation gap against IWAE's log p(x)
+With --by-n each configuration's label names its N (training images), and the figure's title what else differs
+between the N, as the runs recorded it (trained epochs, data source, settings).
 """
 import argparse
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch
 
 from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
 from amortized_pyro.models.guides import display_order
-from amortized_pyro.report.tables import format_reports
+from amortized_pyro.report.style import save_figure, subplots
+from amortized_pyro.report.tables import format_reports, hit_cap
 from amortized_pyro.runs.store import load_history, read_info
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
@@ -81,23 +83,111 @@ def training_table(runs):
     return "\n".join(lines)
 
 
-def figure(reports, path, title):
+HATCH = "//"  # a bar whose configuration had some q* or q*_m stopped at its step cap
+
+
+def covers(value, group):
+    """What one bar's error bar covers: pooling's own account (amortized_pyro.gap.pooling.pooled), else, for one
+    seed's report without per-image values, the report's; else (several seeds without per-image values) the
+    seeds' image means."""
+    if "over" in value:
+        return value["over"]
+    return group[0].get("stderr_over", "images") if len(group) == 1 else "the seeds' image means"
+
+
+def estimator_text(reports):
+    """Which log p(x) the approximation gap is measured against: local/gaps.py takes IWAE's, log p(x) by
+    importance sampling, a stochastic lower bound of log p(x), so the gap log p(x) − L(q*_m) is a lower bound too."""
+    ks = "/".join(map(str, sorted({r["settings"]["importance_samples"] for r in reports})))
+    text = "log p(x) by IWAE (K = %s), a lower bound: the gap is a lower bound" % ks
+    if any(r.get("log_px_ais") for r in reports):
+        text += "\n(AIS, where measured: IWAE − AIS in gaps.md)"
+    return text
+
+
+# Run bookkeeping (where and how a run was kept) and the fields that make a configuration's label: left out of
+# what differs between the N.
+NOT_COMPARED = ("seed", "n_obs", "data_dir", "download", "device", "checkpoint_every", "eval_every", "guide", "width",
+                "refine_steps", "refine_grad")
+
+
+def by_n_note(reports, runs):
+    """What differs between the N (training images) besides N, from what the runs recorded: each N's trained
+    epochs (the gap reports' ``trained_epochs``), its data source (config.json), and every other setting of
+    config.json whose values differ between the N."""
+    epochs = {}
+    for r in reports:
+        epochs.setdefault(r.get("run_id"), set()).add(r.get("trained_epochs", "?"))
+    per_n = {}  # {N: {field: {values}}}
+    for group in runs.values():
+        for info, _ in group:
+            fields = per_n.setdefault(info["data"]["n_obs"], {})
+            fields.setdefault("trained epochs", set()).update(epochs.get(info.get("run_id"), {"?"}))
+            fields.setdefault("data", set()).add(info["data"].get("source") or info["data"]["name"])
+            for key, value in info["config"].items():
+                if key not in NOT_COMPARED:
+                    fields.setdefault(key, set()).add(json.dumps(value))  # hashable, as written
+
+    def show(key):
+        values = [frozenset(f.get(key, ())) for f in per_n.values()]
+        if len(set(values)) == 1:
+            return "%s: %s at every N" % (key, "/".join(sorted(map(str, values[0]))))
+        return "%s: %s" % (key, "; ".join("N %d: %s" % (n, "/".join(sorted(map(str, f.get(key, ())))) or "–")
+                                         for n, f in sorted(per_n.items())))
+
+    keys = sorted({k for f in per_n.values() for k in f} - {"trained epochs", "data"})
+    differing = [show(k) for k in keys if len({frozenset(f.get(k, ())) for f in per_n.values()}) > 1]
+    return "Besides N: %s. %s. Other settings that differ between the N: %s." % (
+        show("trained epochs"), show("data"), "; ".join(differing) or "none")
+
+
+def figure(reports, path, title, note=None):
+    """The amortization, coupling and approximation gaps per configuration, train and test, as bars ± 1 s.e.;
+    a missing value (F-VI has no held-out amortization gap) as no bar and "n/a"; hatched where some q* or q*_m
+    stopped at its step cap. ``note`` (a line under the title, e.g. :func:`by_n_note`). Returns the figure."""
     groups = seed_groups(reports)
     labels = sorted({label for label, _ in groups}, key=display_order)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharey=False)
+    fig, axes = subplots(1, 3, figsize=(15, 5.2))
+    over = set()  # what the drawn error bars cover
     for ax, gap in zip(axes, GAPS):
         for offset, (split, color) in enumerate((("train", "tab:blue"), ("test", "tab:orange"))):
-            values = [gap_over_seeds(groups[label, split], gap) if (label, split) in groups else None for label in labels]
-            xs = [i + (offset - 0.5) * 0.35 for i in range(len(labels))]
-            ax.bar(xs, [v["mean"] if v else 0 for v in values], width=0.35, color=color, label=split,
-                   yerr=[v["stderr"] if v and not math.isnan(v["stderr"]) else 0 for v in values], capsize=3)
+            xs, means, capped, bars = [], [], [], []
+            for i, label in enumerate(labels):
+                x = i + (offset - 0.5) * 0.35
+                group = groups.get((label, split))
+                value = gap_over_seeds(group, gap) if group else None
+                if value is None:  # missing: drawn as missing, not as a zero bar
+                    ax.text(x, 0, "n/a", ha="center", va="bottom", fontsize=7, color=color)
+                    continue
+                xs.append(x)
+                means.append(value["mean"])
+                capped.append(any(hit_cap(r) for r in group))
+                if not math.isnan(value["stderr"]):  # one image: no error bar rather than a zero one
+                    bars.append((x, value["mean"], value["stderr"]))
+                    over.add(covers(value, group))
+            if xs:
+                container = ax.bar(xs, means, width=0.35, color=color)
+                for patch, cap in zip(container.patches, capped):
+                    if cap:
+                        patch.set(hatch=HATCH, edgecolor="black")
+            if bars:
+                ax.errorbar(*zip(*bars), fmt="none", ecolor="black", capsize=3)
         ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
         ax.set(title=gap.replace("_", " ") + " (nats / image)")
         ax.axhline(0, color="black", linewidth=0.5)
-    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1))
-    fig.suptitle(title + ": mean over training seeds ± s.e. over seeds and images together (amortized_pyro.gap.pooling)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    axes[2].set_ylabel(estimator_text(reports), fontsize=8)
+    # the legend's own patches: the bars' would carry the first bar's hatch
+    handles = [Patch(color="tab:blue", label="train"), Patch(color="tab:orange", label="test")]
+    if any(hit_cap(r) for r in reports):
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch=HATCH, label="hatched: some q* or q*_m\n"
+                             "stopped at its step cap, not\nby the rule (see gaps.md)"))
+    axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
+    lines = [title + ": bars the mean over training seeds of the image means; error bars ± 1 s.e. over "
+             + "; ".join(sorted(over) or ["nothing (a single image)"])]
+    if note:
+        lines += textwrap.wrap(note, 200)
+    fig.suptitle("\n".join(lines), fontsize=9)
+    return save_figure(fig, path)
 
 
 def main():
@@ -115,7 +205,7 @@ def main():
     text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
     (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s\n\n%s"
                                  % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, text))
-    figure(reports, out / "gaps.png", args.title)
+    figure(reports, out / "gaps.png", args.title, by_n_note(reports, runs) if args.by_n else None)
     print(text)
 
 

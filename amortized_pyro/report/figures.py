@@ -6,7 +6,7 @@
                         training images against epoch, with the mean training image's MSE as a dashed line
     fig3_test_mse       the same on held-out images (F-VI has none)
     fig4_speed          SVI steps until the train plug-in MSE falls below a fraction (0.9) of the mean
-                        image's, i.e. until z is used (box over seeds), and ms per epoch
+                        image's, i.e. until z is used (box over seeds), and ms of SVI steps per epoch
     fig5_reconstructions_DATASET   originals and every configuration's reconstructions, side by side
     fig6_elbo_seeds     the −ELBO curve of every seed, one panel per configuration
     fig7_gaps           (with measured gaps; also from ``gap`` reports) the amortization gap against encoder width, train and test,
@@ -21,8 +21,9 @@ import numpy as np
 from amortized_pyro.models.guides import FAMILIES, display_order
 from amortized_pyro.report.gap_figures import gap_figure
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
+from amortized_pyro.report.tables import spread
 from amortized_pyro.runs.layout import slug
-from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave, ms_per_epoch
+from amortized_pyro.study.results import PLATEAU_FRACTION, iterations_to_leave
 
 
 def _curves(results, dataset, key):
@@ -89,7 +90,12 @@ def curve_figure(results, keys, ylabel, what, path, log_scale=False, negate=Fals
 
 
 def speed_figure(results, path, fraction=PLATEAU_FRACTION):
+    """Per dataset, above: the SVI steps until the train plug-in MSE falls below ``fraction`` × the mean
+    image's (a box over the seeds that got there), or a line saying that no run did (no axes then); below:
+    the training time per epoch (:func:`~amortized_pyro.runs.store.ms_per_epoch`), mean ± the standard error
+    over seeds (none with one seed)."""
     datasets = sorted({r["dataset"] for r in results.rows})
+    summary = {(r["dataset"], r["label"]): r for r in results.summary(fraction)}
     fig, axes = subplots(2, len(datasets), figsize=(6.5 * len(datasets), 8), squeeze=False)
     for col, dataset in enumerate(datasets):
         runs = {}
@@ -101,19 +107,27 @@ def speed_figure(results, path, fraction=PLATEAU_FRACTION):
         reached = [[i for i in (iterations_to_leave(r, baseline, fraction) for r in runs[n]) if i is not None]
                    for n in names]
         ax = axes[0][col]
-        ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
-        for i, (name, r) in enumerate(zip(names, reached)):
-            ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
-                        xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
         what = "SVI steps until train plug-in MSE < %g × the mean image's (z used)" % fraction
-        ax.set(ylabel="SVI steps", title=_title(results, dataset, "Speed: " + what))
-        ax.title.set_fontsize(9)
-        ms = [[ms_per_epoch(r) for r in runs[n]] for n in names]
+        ax.set_title(_title(results, dataset, "Speed: " + what), fontsize=9)
+        if any(reached):
+            ax.boxplot([r if r else [np.nan] for r in reached], tick_labels=names)
+            for i, (name, r) in enumerate(zip(names, reached)):
+                ax.annotate("%d/%d seeds" % (len(r), len(runs[name])), (i + 1, 0), xycoords=("data", "axes fraction"),
+                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+            ax.set_ylabel("SVI steps")
+        else:  # nothing to draw: say so, with no axes to read values off
+            ax.text(0.5, 0.5, "no run reached train plug-in MSE < %g × the mean image's (0/%d runs)" % (
+                fraction, sum(map(len, runs.values()))) if baseline else "no mean-image MSE saved: speed not measured",
+                    ha="center", va="center", fontsize=9, transform=ax.transAxes)
+            ax.set_axis_off()
+        ms = [summary[(dataset, n)]["ms_per_epoch"] for n in names]
+        seeds = [len(runs[n]) for n in names]
         ax = axes[1][col]
-        ax.bar(range(len(names)), [np.mean(m) for m in ms], yerr=[np.std(m) for m in ms],
+        ax.bar(range(len(names)), [m[0] for m in ms], yerr=[0 if np.isnan(m[1]) else m[1] for m in ms],
                color=[configuration_colors(names)[n] for n in names], capsize=3)
         ax.set_xticks(range(len(names)), names)
-        ax.set(ylabel="training time per epoch (ms)", title="wall-clock time per epoch (mean ± sd over seeds)")
+        ax.set(ylabel="training time per epoch (ms)", title="SVI time per epoch, evaluations excluded (%s)" % spread(
+            seeds, "mean ± s.e. over seeds", "no error bar"))
         ax.title.set_fontsize(9)
         for a in axes[:, col]:
             a.tick_params(axis="x", labelsize=8, rotation=20)

@@ -9,55 +9,79 @@ import matplotlib.ticker
 import numpy as np
 
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
-from amortized_pyro.models.guides import ENCODER_GUIDES, display_order
-from amortized_pyro.report.style import FAMILY_COLORS, configuration_colors, legend_outside, save_figure, subplots
+from amortized_pyro.models.guides import ENCODER_GUIDES, FAMILIES, display_order
+from amortized_pyro.report.style import FAMILY_COLORS, legend_outside, save_figure, subplots
+from amortized_pyro.report.tables import capacity_seeds, spread
+
+
+# train and test: a line style, a marker and its fill each
+SPLIT_LOOKS = {"train": {"ls": "-", "marker": "o", "mfc": None}, "test": {"ls": "--", "marker": "s", "mfc": "none"}}
+# a configuration's own colour and marker in the refinement panel: qualitative colours (F-VI's red and
+# constant-VI's gray left to them) and markers, so that no two configurations look alike
+QUALITATIVE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+
+def configuration_looks(labels):
+    """{label: (colour, marker)} for configurations in display order: a marker each; the families without
+    an encoder in their own colours, the encoder configurations in qualitative colours, one each."""
+    families, looks, encoders = list(FAMILIES.values()), {}, 0
+    for i, label in enumerate(labels):
+        family = families[display_order(label)[0]]
+        color = QUALITATIVE[encoders % len(QUALITATIVE)] if family.encoder else FAMILY_COLORS[family.name]
+        encoders += family.encoder
+        looks[label] = (color, MARKERS[i % len(MARKERS)])
+    return looks
 
 
 def gap_figure(reports, path):
     """Amortization gap (mean ± standard error over images) against encoder width, with F-VI and
     constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
-    images), per configuration. A colour per family (left) or configuration (right), a line style per split
-    (train solid, test dashed): no two lines look alike. Several training seeds of a configuration: their mean
-    ± the standard error over seeds and images (:func:`~amortized_pyro.gap.pooling.pooled`)."""
+    images), per configuration. Left, a colour per family; a line joins a family's neighbouring widths among
+    the widths measured (the ticks) and breaks where it lacks one. Right, a colour and a marker per
+    configuration. Both: train solid with filled markers, test dashed with open ones (left: circles and
+    squares). Several training seeds of a configuration: their mean ± the standard error over seeds and
+    images (:func:`~amortized_pyro.gap.pooling.pooled`)."""
     groups = seed_groups(reports)
-    spread = ("mean over training seeds ± s.e. over seeds and images" if max(map(len, groups.values()), default=1) > 1
-              else "mean ± s.e. over images")
+    spread_text = spread([len(group) for group in groups.values()],
+                         "mean over training seeds ± s.e. over seeds and images", "mean ± s.e. over images")
     one = {key: dict(group[0], amortization_gap=gap_over_seeds(group, "amortization_gap"),
                      refinement=[dict(row, gap_left=refinement_over_seeds(group, row["steps"]))
                                  for row in group[0]["refinement"]])
            for key, group in groups.items()}
     fig, (left, right) = subplots(1, 2, figsize=(14, 4.5))
-    split_styles = {"train": "-", "test": "--"}
-    widths = set()
-    for split, style in split_styles.items():
+    widths = sorted({r["width"] for r in one.values() if r["guide"] in ENCODER_GUIDES})
+    for split, looks in SPLIT_LOOKS.items():
         for guide in ENCODER_GUIDES:
-            encoder = sorted((r for r in one.values() if r["split"] == split and r["guide"] == guide), key=lambda r: r["width"])
-            widths.update(r["width"] for r in encoder)
-            if encoder:
-                left.errorbar([r["width"] for r in encoder], [r["amortization_gap"]["mean"] for r in encoder],
-                              yerr=[r["amortization_gap"]["stderr"] for r in encoder], marker="o", ls=style,
-                              color=FAMILY_COLORS[guide], capsize=3,
-                              label="%s, %s images" % (encoder[0]["label"].split(" ")[0], split))
+            encoder = {r["width"]: r["amortization_gap"] for r in one.values()
+                       if r["split"] == split and r["guide"] == guide and r["amortization_gap"]}
+            if encoder:  # on the grid of every width measured: NaN (no line) where this family has none
+                gaps = [encoder.get(w, {"mean": np.nan, "stderr": np.nan}) for w in widths]
+                left.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], capsize=3,
+                              color=FAMILY_COLORS[guide], label="%s, %s images" % (FAMILIES[guide].label, split),
+                              **looks)
         for r in one.values():
             if r["split"] == split and r["guide"] not in ENCODER_GUIDES and r["amortization_gap"] is not None:
                 gap, color = r["amortization_gap"], FAMILY_COLORS[r["guide"]]
-                left.axhline(gap["mean"], color=color, ls=style, lw=1, label="%s, %s images (± s.e.)" % (r["label"], split))
+                left.axhline(gap["mean"], color=color, ls=looks["ls"], lw=1,
+                             label="%s, %s images (± s.e.)" % (r["label"], split))
                 left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
-             title="Amortization gap (%s)" % spread)
+             title="Amortization gap (%s)" % spread_text)
     if widths:  # the widths themselves as ticks, not powers of ten
-        left.set_xticks(sorted(widths), [str(w) for w in sorted(widths)])
+        left.set_xticks(widths, [str(w) for w in widths])
         left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     refinable = sorted((r for r in one.values() if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
                        key=lambda r: (r["split"], display_order(r["label"])))
-    colors = configuration_colors(sorted({r["label"] for r in refinable}, key=display_order))
+    looks = configuration_looks(sorted({r["label"] for r in refinable}, key=display_order))
     for r in refinable:
+        color, marker = looks[r["label"]]
         steps = [max(row["steps"], 0.5) for row in r["refinement"]]
         right.errorbar(steps, [row["gap_left"]["mean"] for row in r["refinement"]],
-                       yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], marker="o", capsize=3,
-                       color=colors[r["label"]], ls=split_styles[r["split"]], label="%s, %s" % (r["label"], r["split"]))
+                       yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], capsize=3, color=color,
+                       **dict(SPLIT_LOOKS[r["split"]], marker=marker), label="%s, %s" % (r["label"], r["split"]))
     right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
-              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (%s)" % spread)
+              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (%s)" % spread_text)
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
@@ -66,23 +90,25 @@ def gap_figure(reports, path):
 
 
 def capacity_figure(rows, path):
-    """The amortization gap against encoder width (the widths as ticks), a colour per depth, train solid and
-    test dashed, mean ± s.e. over the encoders' seeds."""
+    """The amortization gap against encoder width (the widths as ticks), a colour per depth, train solid with
+    filled circles and test dashed with open squares, each point the mean over its encoders' seeds ± the standard error over the seeds' image
+    means, or with one seed its mean ± the standard error over images: the title says which."""
     fig, ax = subplots(figsize=(8.5, 4.5))
+    groups = capacity_seeds(rows)
     depths = sorted({r["depth"] for r in rows})
     colors = dict(zip(depths, matplotlib.colormaps.get_cmap("viridis")(np.linspace(0.1, 0.8, len(depths)))))
     for depth in depths:
-        for split, style in (("train", "-"), ("test", "--")):
-            widths = sorted({r["width"] for r in rows if (r["depth"], r["split"]) == (depth, split)})
-            gaps = [over_seeds([r["amortization_gap"] for r in rows if (r["width"], r["depth"], r["split"]) ==
-                                (width, depth, split)]) for width in widths]
+        for split, looks in SPLIT_LOOKS.items():
+            widths = sorted(w for (w, d, s) in groups if (d, s) == (depth, split))
+            gaps = [over_seeds([r["amortization_gap"] for r in groups[(width, depth, split)]]) for width in widths]
             if widths:
-                ax.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], marker="o", ls=style,
-                            color=colors[depth], capsize=3, label="%d hidden layer%s, %s images"
-                            % (depth, "s" * (depth > 1), split))
+                ax.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], color=colors[depth],
+                            capsize=3, label="%d hidden layer%s, %s images" % (depth, "s" * (depth > 1), split), **looks)
     widths = sorted({r["width"] for r in rows})
+    title = spread([len(g) for g in groups.values()], "mean over encoder seeds ± s.e. over the seeds' image means",
+                   "mean ± s.e. over images")
     ax.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_encoder) (nats / image)",
-           title="Fresh encoders on a frozen q(θ) (mean ± s.e. over encoder seeds)")
+           title="Fresh encoders on a frozen q(θ) (%s)" % title)
     ax.set_xticks(widths, [str(w) for w in widths])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.title.set_fontsize(9)

@@ -98,11 +98,12 @@ def format_reports(reports):
                      "there L(q*) and the amortization gap are lower bounds (q* capped for %d of %d images, q*_m for "
                      "%d of %d (image, θ) pairs)." % (capped, len(groups), sum(r.get("capped", 0) for r in reports),
                                                      images, sum(r.get("capped_per_theta", 0) for r in reports), pairs))
-    lines.append("\nWith one seed, ± is the standard error over the images (θ draws, z draws and the trained run held "
-                 "fixed); with several, over seeds and images together (a random-effects reading: images nested in "
-                 "seeds where each seed had its own images, crossed where all had the same; amortized_pyro.gap.pooling). "
-                 "Median and 90th percentile: over every (seed, image) value. A guide without a factor for held-out "
-                 "images (F-VI) has no L(guide) on test images (n/a).")
+    text = spread([len(group) for group in groups.values()], "± is the standard error over seeds and images "
+                  "together (a random-effects reading: images nested in seeds where each seed had its own images, "
+                  "crossed where all had the same; amortized_pyro.gap.pooling)", "± is the standard error over the "
+                  "images (θ draws, z draws and the trained run held fixed)")
+    lines.append("\nnats per image; %s. Median and 90th percentile: over every (seed, image) value. A guide without "
+                 "a factor for held-out images (F-VI) has no L(guide) on test images (n/a)." % text)
     old = sum("score_draws" not in r for r in reports)
     if old:
         lines.append("%d of %d reports were measured by the old estimator, which scored L(guide) and L(q*) on the "
@@ -116,10 +117,12 @@ def format_reports(reports):
 
 
 def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
-    """The summary as a Markdown table (mean ± sd over seeds), with the mean image's MSE and the runs that
-    failed under it."""
+    """The summary as a Markdown table (mean ± standard error over seeds; one seed: no ±), with the mean
+    image's MSE and the runs that failed under it."""
     def pm(pair, fmt):
-        return "n/a" if math.isnan(pair[0]) else (fmt + " ± " + fmt) % pair
+        if math.isnan(pair[0]):
+            return "n/a"
+        return fmt % pair[0] if math.isnan(pair[1]) else (fmt + " ± " + fmt) % pair
 
     def num(value, fmt):
         return "n/a" if math.isnan(value) else fmt % value
@@ -141,9 +144,30 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
     for dataset, b in sorted(notes.items()):
         lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
                      % (dataset, b["train_mse"], b["test_mse"]))
+    if table:
+        text = spread([r["seeds"] for r in table], "± is the standard error over seeds of their mean (their "
+                      "standard deviation / √seeds; for the iterations, over the seeds that got there)", "no ±")
+        lines.append("\nIn this table, %s." % text)
     for f in failures:
         lines.append("\nFAILED, not in the table: %s %s seed %d: %s" % (f["dataset"], f["label"], f["seed"], f["error"]))
     return "\n".join(lines)
+
+
+def spread(counts, several, one):
+    """A ± convention that follows the data (``counts``: the seeds each point, a table row or a marker,
+    pools): ``several`` where every point pools several, "one seed: ``one``" where each has one, both where
+    they are mixed."""
+    if min(counts) > 1:
+        return several
+    return "one seed: %s" % one if max(counts) == 1 else "%s; one seed: %s" % (several, one)
+
+
+def capacity_seeds(rows):
+    """A capacity sweep's rows by point: {(width, depth, split): [rows, one per encoder seed]}."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["width"], r["depth"], r["split"]), []).append(r)
+    return groups
 
 
 def summary_text(results, fraction=PLATEAU_FRACTION):
@@ -151,17 +175,16 @@ def summary_text(results, fraction=PLATEAU_FRACTION):
     were measured."""
     text = format_summary(results.summary(fraction), fraction, results.failures)
     if results.gaps:
-        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error over the images; "
-                 "over seeds where there are several; see below):\n\n" + format_reports(results.gaps))
+        text += ("\n\nAmortization and approximation gaps (nats per image, mean ± standard error, over images or "
+                 "seeds and images as said below):\n\n" + format_reports(results.gaps))
     return text
 
 
 def format_capacity(rows):
     """The capacity sweep as a Markdown table: a row per encoder width, depth and split, the amortization
-    gap as the mean over seeds of their image means ± the standard error over seeds (images within each)."""
-    groups = {}
-    for r in rows:
-        groups.setdefault((r["width"], r["depth"], r["split"]), []).append(r)
+    gap as the mean over seeds of their image means ± the standard error over seeds (one seed: its mean ±
+    the standard error over its images)."""
+    groups = capacity_seeds(rows)
     lines = ["| width k | hidden layers | split | seeds | images | encoder epochs | encoders at the epoch cap "
              "| amortization gap | coupling gap | approximation gap |", "|---" * 10 + "|"]
     for (width, depth, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
@@ -173,6 +196,7 @@ def format_capacity(rows):
     if capped:
         lines.append("\n%d of %d gap measurements had a q* or q*_m stopped at its step cap: there the gaps are lower "
                      "bounds." % (capped, len(rows)))
-    lines.append("\nnats per image; ± is the standard error over the encoders' seeds of their image means (one seed: "
-                 "over images). The decoder's q(θ) is the trained run's, frozen; only the encoders are fresh.")
+    lines.append("\nnats per image; %s. The decoder's q(θ) is the trained run's, frozen; only the encoders are "
+                 "fresh." % spread([len(g) for g in groups.values()], "± is the standard error over the encoders' "
+                                   "seeds of their image means", "± is the standard error over its images"))
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from pathlib import Path
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import MSE_KEYS, mean_image_mse
 from amortized_pyro.models.guides import FAMILIES, config_label, display_order
-from amortized_pyro.runs.store import atomic_write
+from amortized_pyro.runs.store import atomic_write, ms_per_epoch
 from amortized_pyro.support.jsonio import from_json, to_json
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
@@ -114,7 +114,8 @@ class Results:
         return runs
 
     def summary(self, fraction=PLATEAU_FRACTION):
-        """A row per (dataset, configuration): final ELBO, MSEs, whether z is used, time, gap to F-VI, speed."""
+        """A row per (dataset, configuration): final ELBO, MSEs, whether z is used, time, gap to F-VI, speed;
+        each quantity over seeds as (mean, standard error over seeds) (:func:`mean_stderr`)."""
         groups = {}
         for (dataset, name, seed), rows in self.runs().items():
             groups.setdefault((dataset, name), []).append(rows)
@@ -123,12 +124,12 @@ class Results:
             finals = [rows[-1] for rows in runs]
             reached = [iterations_to_leave(rows, self.baseline(dataset), fraction) for rows in runs]
             row = {"dataset": dataset, "label": name, "seeds": len(runs), "epochs": finals[0]["epoch"],
-                   "elbo_per_obs": _mean_sd([f["elbo_per_obs"] for f in finals]),
-                   "ms_per_epoch": _mean_sd([ms_per_epoch(rows) for rows in runs]),
-                   "iterations_to_leave": _mean_sd([r for r in reached if r is not None]),
+                   "elbo_per_obs": mean_stderr([f["elbo_per_obs"] for f in finals]),
+                   "ms_per_epoch": mean_stderr([ms_per_epoch(f["time"], f["epoch"]) for f in finals]),  # summary.json's
+                   "iterations_to_leave": mean_stderr([r for r in reached if r is not None]),
                    "seeds_leaving": sum(r is not None for r in reached),
                    "mean_image_mse": self.baseline(dataset)}
-            row.update({key: _mean_sd([f.get(key, math.nan) for f in finals]) for key in MSE_KEYS})
+            row.update({key: mean_stderr([f.get(key, math.nan) for f in finals]) for key in MSE_KEYS})
             baseline = row["mean_image_mse"]["train_mse"] if row["mean_image_mse"] else math.nan
             row["mse_ratio"] = row["train_plugin_mse"][0] / baseline
             row["uses_z"] = uses_z(row["mse_ratio"])
@@ -147,21 +148,15 @@ def _round(images):
     return [[round(v, 4) for v in row] for row in images.detach().cpu().clamp(-1, 2).tolist()]
 
 
-def _mean_sd(values):
+def mean_stderr(values):
+    """(mean, standard error of the mean: sd / √n) of the values that are not None or NaN; the standard
+    error is NaN with one value (no spread to estimate), both are NaN with none."""
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
         return (math.nan, math.nan)
-    return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def ms_per_epoch(rows):
-    """Training milliseconds per epoch after the first evaluated epoch (which holds the one-off set-up:
-    allocations, and JIT compilation in runs of earlier versions); over the whole run where only one epoch
-    was evaluated."""
-    first, last = rows[0], rows[-1]
-    if last["epoch"] == first["epoch"]:
-        return 1000 * last["time"] / last["epoch"]
-    return 1000 * (last["time"] - first["time"]) / (last["epoch"] - first["epoch"])
+    if len(values) == 1:
+        return (values[0], math.nan)
+    return (statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)))
 
 
 def iterations_to_leave(rows, baseline, fraction=PLATEAU_FRACTION):

@@ -1,0 +1,238 @@
+"""The README and the docs pages (docs/*.md): the README stays a front door (at most 200 lines, CI's test command
+in it verbatim), every relative link and image resolves (an ``#anchor`` to a heading of its target, by GitHub's
+slug rule), every ``python -m amortized_pyro ...`` line of a code block names a subcommand and options the CLI
+has, and every ``experiments/...`` or ``bench/...`` path they name exists."""
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import unquote
+
+import click
+import pytest
+
+from amortized_pyro.cli.commands import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README] + sorted((ROOT / "docs").glob("*.md"))
+README_LINES = 200
+
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+INLINE_CODE = re.compile(r"`[^`]*`")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+(?:\"[^\"]*\"|'[^']*'))?\s*\)")
+REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
+HTML_TARGET = re.compile(r"<(?:a|img)\b[^>]*?\b(?:href|src)\s*=\s*[\"']([^\"']+)[\"']", re.I)
+HTML_ID = re.compile(r"<[a-z][^>]*?\b(?:id|name)\s*=\s*[\"']([^\"']+)[\"']", re.I)
+SCHEME = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//)", re.I)
+REPO_PATH = re.compile(r"(?<![\w./-])((?:experiments|bench)/[\w./-]*\w)")
+OPERATORS = {"&&", "||", ";", "|", "&", "(", ")"}
+
+
+def split_page(text):
+    """(the page's prose with every fenced block blanked, [each fenced block's lines])."""
+    prose, blocks, fence = [], [], None
+    for line in text.splitlines():
+        match = FENCE.match(line)
+        if fence is None and match:
+            fence, block = match.group(1), []
+            prose.append("")
+        elif fence is not None and match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence) \
+                and not line.strip()[len(match.group(1)):].strip():
+            blocks.append(block)
+            fence = None
+            prose.append("")
+        elif fence is not None:
+            block.append(line)
+            prose.append("")
+        else:
+            prose.append(line)
+    assert fence is None, "a code fence is never closed"
+    return "\n".join(prose), blocks
+
+
+def slug(heading):
+    """GitHub's anchor of a heading: its rendered text lowercased, every character other than a letter, a digit,
+    a space, '-' or '_' dropped, spaces to '-'."""
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", "", heading)
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(path):
+    """Every anchor a page has: its headings' slugs (a repeated one numbered -1, -2, ... as GitHub does) and the
+    ids of its HTML elements."""
+    prose, _ = split_page(path.read_text(encoding="utf-8"))
+    found, seen = set(), {}
+    for line in prose.splitlines():
+        match = HEADING.match(line)
+        if match:
+            base = slug(match.group(1))
+            found.add(base if base not in seen else "%s-%d" % (base, seen[base]))
+            seen[base] = seen.get(base, 0) + 1
+    return found | set(HTML_ID.findall(prose))
+
+
+def links(path):
+    """The relative targets of a page's links and images, outside code: (target, the page's line)."""
+    prose, _ = split_page(path.read_text(encoding="utf-8"))
+    prose = INLINE_CODE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)  # keeps the line numbers
+    found = []
+    for pattern in (LINK, REFERENCE, HTML_TARGET):
+        for match in pattern.finditer(prose):
+            target = match.group(1)
+            if not SCHEME.match(target):
+                found.append((target, prose.count("\n", 0, match.start()) + 1))
+    return found
+
+
+def test_readme_is_a_front_door():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_LINES, "README.md has %d lines, more than %d: move the detail to docs/" % (
+        len(lines), README_LINES)
+
+
+def test_readme_keeps_cis_test_command_verbatim():
+    """.ci/run runs 'the README's test command, verbatim': the README must show that very line."""
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if "pytest" in line and not line.lstrip().startswith("#")]
+    assert len(ci) == 1, ci
+    assert ci[0] in README.read_text(encoding="utf-8").splitlines(), ci[0]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    problems = []
+    for target, line in links(page):
+        path, _, anchor = unquote(target).partition("#")
+        destination = (page.parent / path).resolve() if path else page
+        where = "%s:%d: %s" % (page.relative_to(ROOT), line, target)
+        if not destination.exists():
+            problems.append(where + " (no such file)")
+        elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
+            problems.append(where + " (no heading with that anchor in %s)" % destination.name)
+    assert not problems, "\n".join(problems)
+
+
+def commands(page):
+    """Every ``python -m amortized_pyro ...`` command in a page's code blocks, as its tokens after the module
+    name, with the line it starts on (continuation lines joined, comments dropped, shell operators split)."""
+    found = []
+    for block in split_page(page.read_text(encoding="utf-8"))[1]:
+        joined, buffer = [], ""
+        for line in block:
+            buffer += line[:-1] + " " if line.endswith("\\") else line
+            if not line.endswith("\\"):
+                joined.append(buffer)
+                buffer = ""
+        for line in joined:
+            if "amortized_pyro" not in line or not re.search(r"\bpython3?\s+-m\s+amortized_pyro\b", line):
+                continue
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            tokens = list(lexer)
+            segment = []
+            for token in tokens + [";"]:
+                if token in OPERATORS:
+                    for i in range(len(segment) - 2):
+                        if segment[i] in ("python", "python3") and segment[i + 1:i + 3] == ["-m", "amortized_pyro"]:
+                            found.append((segment[i + 3:], line.strip()))
+                    segment = []
+                else:
+                    segment.append(token)
+    return found
+
+
+def options_of(command):
+    """{option string: its click parameter} for a command, its help option included."""
+    context = click.Context(command)
+    return {opt: param for param in command.get_params(context) if isinstance(param, click.Option)
+            for opt in param.opts + param.secondary_opts}
+
+
+def is_option(token):
+    return token.startswith("-") and token != "-" and not re.match(r"^-\d", token)
+
+
+def placeholder(value):
+    """A value standing for one the reader picks: FOLDER, RUN_DIR, ..., a|b alternatives."""
+    return "..." in value or "|" in value or bool(re.fullmatch(r"[A-Z][A-Z0-9_]*", value))
+
+
+def problems_of(args):
+    """What is wrong with ``python -m amortized_pyro ARGS``: an unknown subcommand or option, a choice the
+    option does not offer, more arguments than the command takes. Arguments may be placeholders; options not."""
+    problems, group_options, at = [], options_of(cli), 0
+    while at < len(args) and is_option(args[at]):
+        if args[at].split("=", 1)[0] not in group_options:
+            problems.append("%s is not an option of amortized_pyro (before the subcommand)" % args[at])
+        at += 1
+    if at == len(args):
+        return problems if any(a.split("=", 1)[0] in ("--help", "-h") for a in args) else problems + ["no subcommand"]
+    name, rest = args[at], args[at + 1:]
+    if name not in cli.commands:
+        return problems + ["%s is not a subcommand (%s)" % (name, ", ".join(sorted(cli.commands)))]
+    command = cli.commands[name]
+    options, positional, i = options_of(command), [], 0
+    while i < len(rest):
+        token = rest[i]
+        if token == "--":
+            positional.extend(rest[i + 1:])
+            break
+        if not is_option(token):
+            positional.append(token)
+            i += 1
+            continue
+        option, has_value, value = token.partition("=")
+        param = options.get(option)
+        if param is None:
+            problems.append("%s is not an option of %s" % (option, name))
+            i += 1
+            continue
+        takes_value = not (param.is_flag or param.count)
+        if takes_value and not has_value:
+            value = rest[i + 1] if i + 1 < len(rest) else None
+            i += 1
+        i += 1
+        if takes_value and value is None:
+            problems.append("%s of %s needs a value" % (option, name))
+        elif takes_value and isinstance(param.type, click.Choice) and not placeholder(value) \
+                and value not in param.type.choices:
+            problems.append("%s %s: not one of %s" % (option, value, ", ".join(param.type.choices)))
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    elided = "..." in positional
+    if not elided and not any(p.nargs == -1 for p in arguments) and len(positional) > sum(p.nargs for p in arguments):
+        problems.append("%s takes %d argument(s), given %s" % (name, sum(p.nargs for p in arguments), positional))
+    if not elided and not any(a.split("=", 1)[0] in ("--help", "-h") for a in rest):
+        required = sum(max(p.nargs, 1) for p in arguments if p.required)
+        if len(positional) < required:
+            problems.append("%s needs %d argument(s), given %s" % (name, required, positional))
+    return problems
+
+
+def test_commands_in_code_blocks_are_ones_the_cli_accepts():
+    shown, problems = 0, []
+    for page in PAGES:
+        for args, line in commands(page):
+            shown += 1
+            problems.extend("%s: %s\n    %s" % (page.relative_to(ROOT), problem, line) for problem in problems_of(args))
+    assert shown >= 10, "found only %d commands: is the parser still reading the pages?" % shown
+    assert not problems, "\n".join(problems)
+
+
+def test_the_command_checker_refuses_bad_commands():
+    assert not problems_of(["fit", "--guide", "amortized", "--width", "128"])
+    assert not problems_of(["--debug", "gap", "RUN_DIR", "--split", "test", "--n-images", "100"])
+    assert not problems_of(["compare", "...", "--gap-images", "100"])
+    assert problems_of(["fitt", "--guide", "amortized"])
+    assert problems_of(["fit", "--no-such-option", "1"])
+    assert problems_of(["fit", "--guide", "no-such-guide"])
+    assert problems_of(["gap-report", "FOLDER", "ANOTHER"])
+    assert problems_of(["gap", "--split", "test"])  # RUN_DIR missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_named_experiment_and_bench_paths_exist(page):
+    text = page.read_text(encoding="utf-8")
+    missing = sorted({path for path in REPO_PATH.findall(text) if not (ROOT / path).exists()})
+    assert not missing, "%s names paths that do not exist: %s" % (page.relative_to(ROOT), ", ".join(missing))
