@@ -15,12 +15,14 @@ import statistics
 from pathlib import Path
 
 from amortized_pyro.models.guides import display_order
-from amortized_pyro.report.figures import STUDY_RUN
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
 from amortized_pyro.study.results import Results, leaves_plateau
 
 FRACTION = 0.9
 STYLES = ("-", "--", ":", "-.")  # a line style per study (objective)
+
+
+STUDY_RUN = ("study", "dataset", "label", "seed")  # merged studies: the same configuration and seed in each
 
 
 def merged(folders):

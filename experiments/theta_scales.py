@@ -4,7 +4,7 @@ configuration (mean over its runs' seeds ± standard error over seeds), in a Mar
     python experiments/theta_scales.py runs/informative/runs/mnist-sample/*
 
 Where a layer's weights stay wide, each draw θ_m is a different function of z, and a q(z) that ignores θ
-pays for it: the coupling gap (README, "The gap where z carries information").
+pays for it: the coupling gap (docs/results.md, "The gap where z carries information").
 """
 import argparse
 import math

@@ -1,6 +1,7 @@
 """The comparison: a tiny grid's table, its round trip through a file, every figure, and resuming."""
 import json
 import math
+import runpy
 import statistics
 from pathlib import Path
 
@@ -204,12 +205,13 @@ def test_committed_results_stay_readable(study, tmp_path):
 
 def test_plateau_figure_and_the_step_that_leaves_the_mean_image(tiny, tmp_path):
     _, results = tiny
-    left, right = plots.plateau_figure(results, tmp_path / "plateau.png").axes
+    plateau = runpy.run_path(str(Path(__file__).parents[1] / "experiments" / "plateau_report.py"))
+    left, right = plateau["figure"](results, tmp_path / "plateau.png").axes
     assert len(left.get_lines()) == len(results.runs()) + 1 and len(right.get_lines()) == len(results.runs())
     assert all(np.isfinite(line.get_ydata()).all() for line in right.get_lines())  # s̄ recorded at every evaluation
     # two studies of the same configuration and seed (the two objectives) stay two runs
     other = Results([dict(r, study="other") for r in results.rows] + results.rows, baselines=results.baselines)
-    left, right = plots.plateau_figure(other, tmp_path / "two.png").axes
+    left, right = plateau["figure"](other, tmp_path / "two.png").axes
     assert len(right.get_lines()) == 2 * len(results.runs())
     assert {line.get_label() for line in right.get_lines() if not line.get_label().startswith("_")} == \
         {"%s, %s" % (study, name) for study in ("tiny", "other") for name in ("A-VI k=8", "F-VI")}

@@ -144,4 +144,4 @@ def threads_option(command):
     return click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, envvar=THREADS_ENV,
                         expose_value=False, callback=apply,
                         help="CPU threads of torch (also %s). More than 1 pays only on an otherwise idle machine "
-                             "(README: Speed)." % THREADS_ENV)(command)
+                             "(docs/scaling.md: Speed)." % THREADS_ENV)(command)

@@ -41,7 +41,7 @@ class SmoothAdam:
     step g / √(g² + ε²) has slope 1/ε, so with ε = 1e-8 a small entry multiplies the encoder's gradient by up
     to lr/ε = 1e6 per step, which a probe by hand saw overflow. :func:`refine` therefore takes ε = lr when
     unrolled (slope at most 1 per step), which changes the step only for entries with |g| ≲ lr, and an
-    unrolled guide refines so when evaluated too. Training through these steps is still unstable (README)."""
+    unrolled guide refines so when evaluated too. Training through these steps is still unstable (docs/results.md: SA-VI in the gap table)."""
 
     def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, differentiable=False):
         self.params, self.lr, self.betas, self.eps, self.steps = params, lr, betas, eps, 0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from amortized_pyro.models.guides import FAMILIES, display_order
+from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.gap_figures import gap_figure
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
 from amortized_pyro.report.tables import spread
@@ -212,33 +212,4 @@ def plot_all(results, out, fraction=PLATEAU_FRACTION):
         paths.append(out / "fig7_gaps.png")
         gap_figure(results.gaps, paths[-1])
     return paths
-
-
-STUDY_RUN = ("study", "dataset", "label", "seed")  # merged studies: the same configuration and seed in each
-
-
-def plateau_figure(results, path, fraction=PLATEAU_FRACTION):
-    """Train plug-in MSE ÷ the mean image's, and q(θ)'s mean scale s̄, against steps: a colour per study
-    (objective), a line style per configuration, a thin line per seed; ``fraction`` × the mean image dashed."""
-    fig, (left, right) = subplots(1, 2, figsize=(12, 4.5))
-    studies = sorted({r["study"] for r in results.rows})
-    colors = dict(zip(studies, ("tab:red", "tab:blue", "tab:green", "tab:purple")))
-    runs = results.runs(by=STUDY_RUN)
-    for (study, dataset, name, seed), rows in sorted(runs.items()):
-        baseline = results.baseline(dataset)["train_mse"]
-        steps = [r["iteration"] for r in rows]
-        style = "-" if name.startswith(FAMILIES["amortized"].label) else "--"
-        first = seed == min(s for (st, d, n, s) in runs if (st, d, n) == (study, dataset, name))
-        tag = "%s, %s" % (study, name) if first else None
-        left.plot(steps, [r["train_plugin_mse"] / baseline for r in rows], style, color=colors[study], lw=1, label=tag)
-        right.plot(steps, [r["theta_scale_mean"] for r in rows], style, color=colors[study], lw=1, label=tag)
-    left.axhline(fraction, color="black", ls=":", lw=1, label="%g × mean image" % fraction)
-    left.set(xlabel="steps", ylabel="train plug-in MSE ÷ mean image's (log scale)", yscale="log",
-             title="Leaving the mean-image plateau")
-    right.set(xlabel="steps", ylabel="mean scale s̄ of q(θ)", yscale="log", title="q(θ)'s scale")
-    for ax in (left, right):
-        ax.title.set_fontsize(9)
-        ax.grid(alpha=0.3)
-        legend_outside(ax)
-    return save_figure(fig, path)
 

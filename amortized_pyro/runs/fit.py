@@ -22,7 +22,8 @@ from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import FAMILIES, make_guide
 from amortized_pyro.runs.config import FitConfig, parse_every
 from amortized_pyro.runs.data import load_data
-from amortized_pyro.runs.store import RunWriter, read_checkpoint, read_info, read_run, restore, run_status
+from amortized_pyro.runs.store import (RunWriter, ms_per_epoch, read_checkpoint, read_info, read_run, restore,
+                                       run_status)
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -84,7 +85,7 @@ def format_fit(result):
     width = " (width %d)" % c.width if FAMILIES[c.guide].encoder else ""
     lines = ["guide %s%s on %s, %d epochs on %s in %.1f s (%.1f ms/epoch)"
              % (c.guide, width, result.data_source, final["epoch"], result.device, result.train_seconds,
-                1000 * result.train_seconds / max(1, final["epoch"])),
+                ms_per_epoch(result.train_seconds, final["epoch"])),
              final_elbo_line(final)]
     if final["epoch"] < c.epochs:
         lines.insert(1, "stopped at epoch %d of at most %d: the objective per image rose by less than %g nats over "
