@@ -90,8 +90,8 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
     seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
     images: does capacity close the gap when the decoder is fixed?"""
-    training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
-    gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
+    training, gap_settings = (kind(**{k: v for k, v in settings.items() if k in kind.__dataclass_fields__})
+                              for kind in (EncoderTraining, GapSettings))
     out = Path(out_dir) if out_dir else capacity_dir(run_dir)
     result, data = finished_run(run_dir, device, stderr_log)
     run_id, path = read_info(run_dir).get("run_id"), out / "capacity.jsonl"
@@ -155,8 +155,8 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
     images, against one q* per image."""
     from amortized_pyro.gap.held_out import Encoder, study
 
-    training = EncoderTraining(**{k: v for k, v in settings.items() if k in EncoderTraining.__dataclass_fields__})
-    gap_settings = GapSettings(**{k: v for k, v in settings.items() if k in GapSettings.__dataclass_fields__})
+    training, gap_settings = (kind(**{k: v for k, v in settings.items() if k in kind.__dataclass_fields__})
+                              for kind in (EncoderTraining, GapSettings))
     encoders = [Encoder(w, n) for w in widths for n in subsets] + [Encoder(w, t) for w in widths
                                                                    for t in ("train", "train+test")]
     encoders += [Encoder(w, "train", "weight-decay", d) for w in regularized_widths for d in weight_decays]

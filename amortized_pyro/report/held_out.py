@@ -13,6 +13,7 @@ import numpy as np
 
 from amortized_pyro.gap.pooling import over_seeds
 from amortized_pyro.report.style import legend_outside, save_figure, subplots
+from amortized_pyro.report.tables import plus_minus
 
 SET_STYLES = {"train": ("tab:blue", "o", "-"), "train-unseen": ("tab:orange", "s", ":"), "test": ("tab:red", "^", "--")}
 SET_NAMES = {"train": "training images", "train-unseen": "training images a subset encoder never saw",
@@ -23,10 +24,6 @@ def in_training(row):
     """Whether the row's image set is among its encoder's training images."""
     return row["set"] == "train" or (row["set"] == "train-unseen" and row["train_on"] in ("train", "train+test")) \
         or (row["set"] == "test" and row["train_on"] == "train+test")
-
-
-def _pm(value):
-    return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
 
 
 def _left(rows, steps):
@@ -59,21 +56,21 @@ def format_held_out(rows, references):
     for name in ("train", "train-unseen", "test"):
         if references:
             lines.append("| run's own k=%s (trained with the decoder) | %s | %s | %s | %d | | | | %s | %s |" % (
-                "/".join(map(str, sorted({r["width"] for r in references}))), "N", name, "yes" if name != "test" else "no", len(references), _pm(_joint(references, name)),
-                " | ".join(_pm(_joint(references, name, k)) for k in steps)))
+                "/".join(map(str, sorted({r["width"] for r in references}))), "N", name, "yes" if name != "test" else "no", len(references), plus_minus(_joint(references, name)),
+                " | ".join(plus_minus(_joint(references, name, k)) for k in steps)))
     for (encoder, name), group in groups(rows).items():
         lines.append("| %s | %d | %s | %s | %d | %.0f | %d | %d | %s | %s |" % (
             encoder, group[0]["n_train"], name, "yes" if in_training(group[0]) else "no", len(group),
             np.mean([r["epochs"] for r in group]), sum(r["encoder_capped"] for r in group),
-            sum(r["reached_target"] for r in group), _pm(over_seeds([r["amortization_gap"] for r in group])),
-            " | ".join(_pm(_left(group, k)) for k in steps)))
+            sum(r["reached_target"] for r in group), plus_minus(over_seeds([r["amortization_gap"] for r in group])),
+            " | ".join(plus_minus(_left(group, k)) for k in steps)))
     if references:
         sets = list(references[0]["sets"])
         lines.append("\nThe decoder's own gaps (the same for every encoder of a run): coupling %s, approximation "
                      "(IWAE, a lower bound of log p(x)) %s." % (
-                         ", ".join("%s %s" % (s, _pm(over_seeds([r["sets"][s]["coupling_gap"] for r in references])))
+                         ", ".join("%s %s" % (s, plus_minus(over_seeds([r["sets"][s]["coupling_gap"] for r in references])))
                                    for s in sets),
-                         ", ".join("%s %s" % (s, _pm(over_seeds([r["sets"][s]["approximation_gap"]
+                         ", ".join("%s %s" % (s, plus_minus(over_seeds([r["sets"][s]["approximation_gap"]
                                                                   for r in references]))) for s in sets)))
         capped = sum(ref["sets"][s]["capped"] for ref in references for s in sets)
         if capped:

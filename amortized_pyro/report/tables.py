@@ -13,7 +13,8 @@ GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "l
                   "coupling_gap", "approximation_gap", "iwae_minus_ais")
 
 
-def _pm(value):
+def plus_minus(value):
+    """A {"mean", "stderr"} summary as "mean ± s.e." (one decimal), or n/a where missing."""
     return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
 
 
@@ -87,9 +88,9 @@ def format_reports(reports):
         tail = "%.1f / %.1f" % (amortization["median"], amortization["q90"]) if amortization and "median" in amortization \
             else "n/a"
         lines.append("| %s | %s | %d | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %.4f |" % (
-            label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), _pm(row["elbo_guide"]),
-            _pm(row["elbo_optimized"]), mark, _pm(row["log_px"]), _pm(row["log_px_ais"]), _pm(amortization), tail,
-            _pm(row["coupling_gap"]), _pm(row["approximation_gap"]), " / ".join(_pm(refined[k]) for k in REFINE_COLUMNS),
+            label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), plus_minus(row["elbo_guide"]),
+            plus_minus(row["elbo_optimized"]), mark, plus_minus(row["log_px"]), plus_minus(row["log_px_ais"]), plus_minus(amortization), tail,
+            plus_minus(row["coupling_gap"]), plus_minus(row["approximation_gap"]), " / ".join(plus_minus(refined[k]) for k in REFINE_COLUMNS),
             sum(r["optimized_plugin_mse"] for r in group) / len(group)))
     if capped:
         images = sum(r["n_images"] for r in reports)
@@ -190,8 +191,8 @@ def format_capacity(rows):
     for (width, depth, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
         lines.append("| %d | %d | %s | %d | %d | %.0f | %d | %s | %s | %s |" % (
             width, depth, split, len(group), group[0]["n_images"], sum(r["epochs"] for r in group) / len(group),
-            sum(r["encoder_capped"] for r in group), _pm(over_seeds([r["amortization_gap"] for r in group])),
-            _pm(over_seeds([r["coupling_gap"] for r in group])), _pm(over_seeds([r["approximation_gap"] for r in group]))))
+            sum(r["encoder_capped"] for r in group), plus_minus(over_seeds([r["amortization_gap"] for r in group])),
+            plus_minus(over_seeds([r["coupling_gap"] for r in group])), plus_minus(over_seeds([r["approximation_gap"] for r in group]))))
     capped = sum(hit_cap(r) for r in rows)
     if capped:
         lines.append("\n%d of %d gap measurements had a q* or q*_m stopped at its step cap: there the gaps are lower "
