@@ -21,6 +21,12 @@ from amortized_pyro.runs.store import atomic_write, read_info, write_report
 from amortized_pyro.study.results import load_gap_reports
 
 
+def fresh_encoder_options(command):
+    """The options of the commands that train fresh encoders on a frozen q(θ) and measure their gaps: how an
+    encoder trains (:class:`EncoderTraining`), the gap's settings, the device."""
+    return settings_options(EncoderTraining, progress=False)(settings_options(GapSettings)(device_option(command)))
+
+
 @click.command("gap")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
@@ -77,9 +83,7 @@ def gap_report_command(folder):
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The gaps on the first N training and N test images.")
-@settings_options(EncoderTraining, progress=False)
-@settings_options(GapSettings)
-@device_option
+@fresh_encoder_options
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
                    "capacity.jsonl grows as encoders finish: the same command again continues the sweep.")
@@ -139,9 +143,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
 @click.option("--refine-steps", default="5,20", show_default=True, callback=step_counts,
               help="Comma-separated step counts: the gap left after that many refinement steps (SA-VI at test "
                    "time) from every encoder.")
-@settings_options(EncoderTraining, progress=False)
-@settings_options(GapSettings)
-@device_option
+@fresh_encoder_options
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), required=True,
               help="Folder for held_out.jsonl, references.jsonl, held_out.md and the figures; the same command "
                    "again continues the study there.")
