@@ -246,3 +246,11 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130():
     assert done.stderr.strip().splitlines() == ["Error: interrupted while starting; nothing was written"]
     assert "torch" not in subprocess.run([sys.executable, "-c", "import sys, amortized_pyro; print(list(sys.modules))"],
                                          capture_output=True, text=True, timeout=300).stdout.split("'")
+
+
+def test_a_corrupt_results_file_is_reported_at_its_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"a": 1}\n\n{"b": 2}\n{broken\n')
+    result = CliRunner().invoke(cli, ["plot", str(path)])
+    assert result.exit_code == 1 and "line 4 is not JSON" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1

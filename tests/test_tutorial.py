@@ -13,7 +13,8 @@ def test_tutorial_runs():
     notebook = nbformat.read(ROOT / "docs" / "tutorial.ipynb", as_version=4)
     assert not any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), \
         "commit the tutorial without outputs: CI's run is the one that counts"
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+    # no wall-clock limit: a test must not fail because the machine is slow (the notebook is sized to be quick)
+    nbclient.NotebookClient(notebook, timeout=None, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT)}}).execute()
     text = "".join(out.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                    for out in cell.outputs)

@@ -19,6 +19,7 @@ from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.layout import capacity_dir, gap_report_path
 from amortized_pyro.runs.store import atomic_write, read_info, write_report
 from amortized_pyro.study.results import load_gap_reports
+from amortized_pyro.support.jsonio import read_jsonl
 
 
 def fresh_encoder_options(command):
@@ -101,7 +102,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     run_id, path = read_info(run_dir).get("run_id"), out / "capacity.jsonl"
     done = []
     if path.exists() and not overwrite:
-        done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        done = read_jsonl(path)
         if any((r.get("run_id"), r.get("requested_images"), r["training"], r["settings"]) !=
                (run_id, n_images, asdict(training), asdict(gap_settings)) for r in done):
             raise AmortizedPyroError("%s holds a sweep of another run or other settings: --overwrite to replace "
@@ -166,9 +167,8 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows_path, refs_path = out / "held_out.jsonl", out / "references.jsonl"
-    read = (lambda path: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if path.exists() else [])
-    rows, references = read(rows_path), {r["run"]: r for r in read(refs_path)}
+    rows = read_jsonl(rows_path) if rows_path.exists() else []
+    references = {r["run"]: r for r in (read_jsonl(refs_path) if refs_path.exists() else [])}
     wanted = dict(training=asdict(training.check()), settings=asdict(gap_settings.check()), n_images=n_images,
                   refine_steps=refine_steps)
     for r in list(references.values()):

@@ -31,7 +31,7 @@ import pyro
 
 from amortized_pyro.errors import AmortizedPyroError, RunExists
 from amortized_pyro.runs.layout import GAP_REPORTS
-from amortized_pyro.support.jsonio import from_json, to_json
+from amortized_pyro.support.jsonio import from_json, read_jsonl, to_json
 from amortized_pyro.support.streams import rng_states, set_rng_states
 
 RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summary.json")
@@ -209,21 +209,12 @@ def _load(path, what):
                                          "and results files stay readable" % (what, path))
             return value
         if what.endswith(".jsonl"):
-            return [from_json(_json_line(line, number, path / what))
-                    for number, line in enumerate((path / what).read_text().splitlines(), 1) if line.strip()]
+            return [from_json(record) for record in read_jsonl(path / what)]
         return json.loads((path / what).read_text())
     except FileNotFoundError:
         raise AmortizedPyroError("%s is not a run directory (missing %s)" % (path, what)) from None
     except (ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
         raise AmortizedPyroError("cannot read %s in %s: %s" % (what, path, str(e).splitlines()[0])) from None
-
-
-def _json_line(line, number, path):
-    try:
-        return json.loads(line)
-    except ValueError as e:
-        reason = e.args[0].split(":")[0]
-        raise AmortizedPyroError("cannot read %s: line %d is not JSON (%s)" % (path, number, reason)) from None
 
 
 def read_info(path):

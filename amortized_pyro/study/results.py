@@ -19,7 +19,7 @@ from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import MSE_KEYS, mean_image_mse
 from amortized_pyro.models.guides import FAMILIES, config_label, display_order
 from amortized_pyro.runs.store import atomic_write, ms_per_epoch
-from amortized_pyro.support.jsonio import from_json, to_json
+from amortized_pyro.support.jsonio import from_json, read_jsonl, to_json
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
@@ -92,10 +92,10 @@ class Results:
     @classmethod
     def load(cls, path):
         try:
-            lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+            lines = read_jsonl(path)
         except FileNotFoundError:
             raise AmortizedPyroError("no results file at %s" % path) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError as e:
             raise AmortizedPyroError("%s is not a results file (JSON lines): %s" % (path, e)) from None
         numeric = MSE_KEYS + ("elbo", "elbo_per_obs", "theta_scale_mean")
         rows = [from_json(r, numeric) for r in lines if r.get("kind") == "metrics"]
