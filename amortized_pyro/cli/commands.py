@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, friendly_errors, overwrite_option, repeated, stderr_log,
-                                       threads_option)
+from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, friendly_errors, overwrite_option, stderr_log,
+                                       threads_option, comma_separated)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
@@ -88,21 +88,9 @@ def fit_command(out, resume_dir, replicas, overwrite, **options):
     click.echo("\n\n".join(result.summary() for result in results))
 
 
-def comma_list(ctx, param, value):
-    """--guides, --widths, --seeds: comma-separated values, each checked by FitConfig's rules."""
-    field, kind = {"guides": ("guide", str), "widths": ("width", int), "seeds": ("seed", int)}[param.name]
-    try:
-        values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
-        if not values:
-            raise click.BadParameter("give at least one value")
-        twice = repeated(values)
-        if twice is not None:
-            raise click.BadParameter("%s is given twice in %r" % (twice, value))
-        return check_values(field, values)
-    except ValueError:
-        raise click.BadParameter("expected whole numbers separated by commas, got %r" % value) from None
-    except AmortizedPyroError as e:
-        raise click.BadParameter(str(e)) from None
+def grid_values(field, kind):
+    """--guides, --widths, --seeds: comma-separated values, each checked by FitConfig field ``field``'s rules."""
+    return comma_separated(required=True, kind=kind, check=lambda values: check_values(field, values))
 
 
 def write_comparison(results, out, fraction):
@@ -128,11 +116,11 @@ def plateau_fraction_option(command):
 
 @cli.command("compare")
 @config_file_option
-@click.option("--guides", default=",".join(GUIDES), show_default=True, callback=comma_list,
+@click.option("--guides", default=",".join(GUIDES), show_default=True, callback=grid_values("guide", str),
               help="Comma-separated guides to compare.")
-@click.option("--widths", default=",".join(map(str, WIDTHS)), show_default=True, callback=comma_list,
+@click.option("--widths", default=",".join(map(str, WIDTHS)), show_default=True, callback=grid_values("width", int),
               help="Comma-separated encoder widths for the amortized guide.")
-@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=comma_list,
+@click.option("--seeds", default="0,1,2,3,4", show_default=True, callback=grid_values("seed", int),
               help="Comma-separated seeds (initialisation and sampling; the data subset is fixed by --data-seed).")
 @click.option("--dataset", "datasets", multiple=True, default=[FitConfig.dataset], show_default=True,
               help=FitConfig.__dataclass_fields__["dataset"].metadata["help"] + " Repeat for several datasets.")

@@ -112,26 +112,32 @@ def repeated(values):
     return None
 
 
-def whole_numbers(low, required=False, kind=int):
-    """A click callback reading comma-separated whole numbers (or numbers of ``kind``) >= ``low`` (at least
-    one where ``required``)."""
-    noun = "whole numbers" if kind is int else "numbers"
+def comma_separated(low=None, required=False, kind=int, check=None):
+    """A click callback reading comma-separated values of ``kind`` (whole numbers by default), each >= ``low``
+    where given, at least one where ``required``, none twice, and the list passed to ``check`` (which
+    returns it or raises AmortizedPyroError, e.g. FitConfig's rules for a grid's values)."""
+    noun = {int: "whole numbers", float: "numbers"}.get(kind, "values")
 
     def read(ctx, param, value):
         try:
-            values = [kind(v) for v in value.split(",") if v.strip()]
+            values = [kind(v.strip()) for v in str(value).split(",") if v.strip()]
         except ValueError:
             raise click.BadParameter("expected %s separated by commas, got %r" % (noun, value)) from None
-        if (required and not values) or any(not v >= low for v in values):
+        if required and not values:
+            raise click.BadParameter("give at least one value")
+        if low is not None and any(not v >= low for v in values):
             raise click.BadParameter("expected %s >= %s, got %r" % (noun, low, value))
         twice = repeated(values)
         if twice is not None:
             raise click.BadParameter("%s is given twice in %r" % (twice, value))
-        return values
+        try:
+            return check(values) if check else values
+        except AmortizedPyroError as e:
+            raise click.BadParameter(str(e)) from None
     return read
 
 
-step_counts = whole_numbers(0)  # --refine-steps
+step_counts = comma_separated(0)  # --refine-steps
 
 
 def threads_option(command):

@@ -8,7 +8,7 @@ import click
 
 from amortized_pyro.autoguides.capacity import EncoderTraining
 from amortized_pyro.cli.common import (OutPath, device_option, friendly_errors, overwrite_option, stderr_log,
-                                       step_counts, threads_option, whole_numbers)
+                                       step_counts, threads_option, comma_separated)
 from amortized_pyro.cli.options import settings_options
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
@@ -76,11 +76,11 @@ def gap_report_command(folder):
 
 @click.command("capacity")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
-@click.option("--widths", default="64,256,1024", show_default=True, callback=whole_numbers(1, required=True),
+@click.option("--widths", default="64,256,1024", show_default=True, callback=comma_separated(1, required=True),
               help="Comma-separated encoder widths.")
-@click.option("--depths", default="1,2,3", show_default=True, callback=whole_numbers(1, required=True),
+@click.option("--depths", default="1,2,3", show_default=True, callback=comma_separated(1, required=True),
               help="Comma-separated numbers of hidden layers.")
-@click.option("--seeds", default="0,1,2", show_default=True, callback=whole_numbers(0, required=True),
+@click.option("--seeds", default="0,1,2", show_default=True, callback=comma_separated(0, required=True),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
 @click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
               help="The gaps on the first N training and N test images.")
@@ -127,14 +127,14 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
 
 @click.command("held-out")
 @click.argument("run_dirs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--widths", default="64,1024", show_default=True, callback=whole_numbers(1, required=True),
+@click.option("--widths", default="64,1024", show_default=True, callback=comma_separated(1, required=True),
               help="Comma-separated encoder widths; each trains on every --subsets size, on the training images "
                    "and on training plus held-out images.")
-@click.option("--subsets", default="500,1000", show_default=True, callback=whole_numbers(1),
+@click.option("--subsets", default="500,1000", show_default=True, callback=comma_separated(1),
               help="Comma-separated numbers of training images for encoders trained on a subset.")
-@click.option("--regularized-widths", default="64", show_default=True, callback=whole_numbers(1),
+@click.option("--regularized-widths", default="64", show_default=True, callback=comma_separated(1),
               help="Widths that also train with each --weight-decays value and with early stopping.")
-@click.option("--weight-decays", default="0.01,0.1", show_default=True, callback=whole_numbers(0, kind=float),
+@click.option("--weight-decays", default="0.01,0.1", show_default=True, callback=comma_separated(0, kind=float),
               help="Comma-separated AdamW decays of the regularized encoders' weight matrices.")
 @click.option("--early-stopping", "early_stopping", default=3, show_default=True, type=click.IntRange(min=0),
               help="Early stopping: windows without a rise of the validation ELBO (a tenth of the training "

@@ -24,6 +24,7 @@ from amortized_pyro.gap.measure import gap_images, measure
 from amortized_pyro.inference.svi import make_optimizer
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.models.guides import FAMILIES, label, make_guide
+from amortized_pyro.support.batching import minibatches
 from amortized_pyro.support.streams import outside_the_stream
 
 
@@ -43,9 +44,8 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed, targe
     optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(factor.named_parameters()))
 
     def epoch():
-        order = torch.randperm(x.shape[0], generator=generator, device=x.device)
         total = torch.zeros((), device=x.device)
-        for rows in order.split(training.encoder_batch_size):
+        for rows in minibatches(x.shape[0], training.encoder_batch_size, x.device, generator):
             total += encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
         return total
 
@@ -73,7 +73,7 @@ def objective_level(model, q_theta, factor, x, seed, epochs=5, batch_size=250):
     reach (the jointly trained encoder's)."""
     generator, total = torch.Generator(x.device).manual_seed(seed), 0.0
     for _ in range(epochs):
-        for rows in torch.randperm(x.shape[0], generator=generator, device=x.device).split(batch_size):
+        for rows in minibatches(x.shape[0], batch_size, x.device, generator):
             loc, scale = factor(x[rows], rows)
             theta = q_theta.sample(generator)
             total += log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum().item()

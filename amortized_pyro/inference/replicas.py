@@ -30,7 +30,7 @@ from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import DeviceTrace_ELBO, make_elbo, make_optimizer
-from amortized_pyro.inference.training import check_once, minibatches
+from amortized_pyro.inference.training import check_once, epoch_batches
 from amortized_pyro.support.streams import outside_the_stream, rng_states
 
 SUPPORTED = "every guide but the semi-amortized (it refines inside the guide), particles = 1, elbo = trace"
@@ -138,7 +138,7 @@ class Pack:
         """One epoch of SVI steps of every replica, each on its own minibatch order; their mean losses [R], a
         device tensor. The single guides then hold the replicas' parameters (for records and checkpoints)."""
         every = None if x_all is None else x_all.expand((len(self.guides),) + x_all.shape)
-        orders = [minibatches(schedule, data.train.shape[0], data.train.device, s.generator) for s in self.streams]
+        orders = [epoch_batches(schedule, data.train.shape[0], data.train.device, s.generator) for s in self.streams]
         total = sum(self.step(data.train[idx], idx, kl_scale, every) for idx in map(torch.stack, zip(*orders)))
         self.copy_to_guides()
         return total / len(orders[0])

@@ -30,6 +30,7 @@ import pyro
 from amortized_pyro.errors import Diverged, Interrupted
 from amortized_pyro.inference.evaluation import evaluate
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
+from amortized_pyro.support.batching import minibatches
 from amortized_pyro.support.signals import StopSignals
 from amortized_pyro.support.streams import outside_the_stream
 
@@ -66,12 +67,9 @@ def check_once(elbo, args, device):
         elbo(*args)
 
 
-def minibatches(schedule, n_obs, device, generator=None):
-    """One epoch's minibatch indices: a fresh random order (from ``generator``, by default the global
-    stream), or fixed consecutive blocks (``batch_order``)."""
-    order = torch.arange(n_obs, device=device) if schedule.batch_order == "blocks" else \
-        torch.randperm(n_obs, device=device, generator=generator)
-    return order.split(min(schedule.batch_size, n_obs))
+def epoch_batches(schedule, n_obs, device, generator=None):
+    """One epoch's minibatch indices under ``schedule`` (its ``batch_size`` and ``batch_order``)."""
+    return minibatches(n_obs, schedule.batch_size, device, generator, schedule.batch_order == "blocks")
 
 
 @torch.no_grad()
@@ -119,7 +117,7 @@ class SingleRun:
 
     def epoch_losses(self, data, schedule, kl_scale, x_all):
         """One epoch of SVI steps; the mean loss, [1], a device tensor."""
-        batches = minibatches(schedule, data.train.shape[0], data.train.device)
+        batches = epoch_batches(schedule, data.train.shape[0], data.train.device)
         loss = sum(step(self.elbos[0], self.states[0].optimizer, data.train[idx], idx, kl_scale, x_all)
                    for idx in batches)
         return (loss / len(batches)).reshape(1)

@@ -1,4 +1,15 @@
-"""Rows of tensors that carry leading batch dimensions (vectorized particles, seeds packed as replicas)."""
+"""Minibatches and rows: one epoch's minibatch indices (every training loop's), and the rows of tensors that
+carry leading batch dimensions (vectorized particles, seeds packed as replicas)."""
+import torch
+
+
+def minibatches(n, batch_size, device, generator=None, blocks=False):
+    """One epoch's minibatch indices over ``n`` datapoints: a fresh random order (from ``generator``, by
+    default the global stream) split into batches of ``batch_size`` (the last may be smaller), or, with
+    ``blocks``, fixed consecutive blocks in order (the reference authors' code)."""
+    order = torch.arange(n, device=device) if blocks else torch.randperm(n, device=device, generator=generator)
+    return order.split(min(batch_size, n))
+
 
 
 def rows_of(values, idx):
