@@ -2,22 +2,18 @@
 # The INFORMATIVE study: experiments/informative.toml's grid (A-VI k in {1, 64, 128, 256}, F-VI, constant-VI,
 # 3 seeds) on the shipped MNIST sample, on the CPU, one torch thread; after each run its amortization, coupling
 # and approximation gaps on 20 training and 20 test images drawn by the gap seed (0 + the run's seed; compare's
-# gap settings: M = 4, S = 32, K = 1,000, AIS 200 steps, q* capped at 1,500 steps; refinement rows 5 / 20 / 100). Runs and reports in runs/informative
-# (resumable: the same command goes on); then the study's results, summary and figures are copied into
-# figures/informative and the gap table over the 3 seeds is written to figures/informative/gaps
-# (experiments/gap_tables.py), every report under figures/informative/gaps/reports. About 45 minutes of
-# training and, with the gap code of issue 28, 12.4 minutes of gap measurement on one core (2026-11-24, other
-# work on the second core; 2.5 hours before it).
+# gap settings: M = 4, S = 32, K = 1,000, AIS 200 steps, q* capped at 1,500 steps; refinement rows 5 / 20 / 100).
+# Runs and reports in runs/informative (resumable: the same command goes on). About 45 minutes of training and,
+# with the gap code of issue 28, 12.4 minutes of gap measurement on one core (2026-11-24, other work on the second
+# core; 2.5 hours before it). Then the report (python experiments/study.py informative --report-only): the study's
+# results, summary and figures copied into figures/informative, the gap table over the 3 seeds written to
+# figures/informative/gaps (experiments/gap_tables.py), every report copied under figures/informative/gaps/reports,
+# and q(θ)'s scales to figures/informative/theta_scales.md (experiments/theta_scales.py). The same through the
+# driver: python experiments/study.py informative
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs
 python -m amortized_pyro compare --config experiments/informative.toml --dataset mnist-sample --device cpu \
   --gap-images 20 --checkpoint-every 5m --no-progress --out runs/informative "$@" >> runs/informative.log 2>&1
-mkdir -p figures/informative
-cp runs/informative/results.jsonl runs/informative/summary.md runs/informative/fig*.png figures/informative/
-python experiments/gap_tables.py runs/informative --out figures/informative/gaps --title "Informative preset"
-mkdir -p figures/informative/gaps/reports
-for run in runs/informative/runs/mnist-sample/*; do
-  for split in train test; do cp "$run/gap-$split.json" "figures/informative/gaps/reports/$(basename "$run")-gap-$split.json"; done
-done
+python experiments/study.py informative --report-only

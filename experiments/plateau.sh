@@ -4,9 +4,10 @@
 # (original-study-elbo.toml), on MNIST 8,000 / 2,000 cut from the published test file (e.g.
 # ../shared/data/mnist), plug-in MSE and q(theta)'s mean scale every 25 epochs (200 steps). A-VI for every seed
 # given, F-VI for every seed too; two runs at a time, one torch thread each; each run in its own comparison folder
-# runs/plateau-OBJECTIVE-GUIDE-seedS. Resumable: run the same command again. Then the report:
-#   python experiments/plateau_report.py runs/plateau-* --out figures/plateau
-# Use: experiments/plateau.sh MNIST_IDX_FOLDER "0 1 2"
+# runs/plateau-OBJECTIVE-GUIDE-seedS. Resumable: run the same command again. Then the report (the folders, not the
+# runs/plateau-*.log beside them):
+#   python experiments/plateau_report.py runs/plateau-*/ --out figures/plateau
+# Use: experiments/plateau.sh MNIST_IDX_FOLDER "0 1 2", or both through the driver: python experiments/study.py plateau
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1; seeds=($2)

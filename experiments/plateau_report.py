@@ -1,8 +1,7 @@
 """The plateau, measured: when A-VI and F-VI leave the mean image, under the authors' objective (not an ELBO)
 and under the true ELBO, and what q(θ)'s scale does meanwhile.
 
-    python experiments/plateau_report.py runs/plateau-reference runs/plateau-elbo [more comparison folders] \
-        --out figures/plateau
+    python experiments/plateau_report.py runs/plateau-*/ --out figures/plateau
 
 Reads each comparison folder's results.jsonl (written by experiments/plateau.sh; the study's name says the
 objective), and writes into --out: plateau.md (per run: steps trained, the first evaluated step whose train

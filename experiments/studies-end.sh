@@ -5,9 +5,11 @@
 # objective (objective = reference, not an ELBO) and under the true ELBO (the -elbo presets). Each run in its
 # own comparison folder runs/end-STUDY-OBJECTIVE-GUIDE, evaluated every 50 epochs, two at a time, one torch thread each, in this order
 # (the seed study first: it is the shorter, and its claim is the one in question). Resumable: run the same
-# command again, in any later session. Then the report:
-#   python experiments/plateau_report.py runs/end-* --out figures/studies-end
-# Use: experiments/studies-end.sh MNIST_IDX_FOLDER
+# command again, in any later session. Then the report (the folders, not the runs/end-*.log beside them), and where
+# the runs stand:
+#   python experiments/plateau_report.py runs/end-*/ --out figures/studies-end
+#   python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
+# Use: experiments/studies-end.sh MNIST_IDX_FOLDER, or all through the driver: python experiments/study.py studies-end
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1

@@ -2,7 +2,7 @@
 the SVI steps it stands for (of the study's), its plug-in and predictive MSEs against the mean image's,
 and the true ELBO per observation, read from each run's own files (config.json, metrics.jsonl).
 
-    python experiments/studies_end_status.py runs/end-* > figures/studies-end/status.md
+    python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
 """
 import argparse
 import json

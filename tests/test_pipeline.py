@@ -1,0 +1,366 @@
+"""experiments/ as one declared pipeline (issue 27): experiments/study.py's registry names every study script once,
+its needs name studies and form no cycle, its report scripts exist; a study whose need is missing stops with one
+line naming what to run; --dry-run shows needs, study and report in order; and each report script without a test
+elsewhere (capacity_status.py, studies_end_status.py, cap_check.py; gap_tables.py and plateau_report.py are in
+test_experiment_figures.py, theta_scales.py in test_theta_scales.py) runs on the smallest input it reads. No real
+study runs: the driver works in a temporary --root, where experiments/ is a link to the real folder."""
+import importlib.util
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+spec = importlib.util.spec_from_file_location("study", EXPERIMENTS / "study.py")
+study = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(study)
+
+
+def drive(capsys, *args):
+    """(exit status, stdout lines, stderr lines) of the driver run in-process."""
+    status = study.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out.splitlines(), err.splitlines()
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A working folder for the driver: experiments/ linked to the real one, nothing else."""
+    (tmp_path / "experiments").symlink_to(EXPERIMENTS)
+    return tmp_path
+
+
+def touch(root, *paths, text="{}"):
+    for path in paths:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+def files_under(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != "experiments"
+                  and "experiments" not in p.relative_to(folder).parts)
+
+
+# The registry
+
+
+def test_every_script_is_one_study_and_every_study_a_script():
+    scripts = sorted(p.stem for p in EXPERIMENTS.glob("*.sh"))
+    assert sorted(study.STUDIES) == scripts
+    for name, entry in study.STUDIES.items():
+        assert entry.name == name and (ROOT / entry.script).is_file()
+
+
+def test_needs_name_studies_hold_what_they_read_and_have_no_cycle():
+    for entry in study.STUDIES.values():
+        for need in entry.needs:
+            assert need.study in study.STUDIES, (entry.name, need.study)
+            assert need.study != entry.name
+            runs = Path(study.STUDIES[need.study].runs).parts
+            for pattern in need.files:  # what is read lies in the needed study's runs
+                parts = Path(pattern).parts
+                assert all(fnmatch(p, r) for p, r in zip(parts, runs)) and len(parts) > len(runs), (entry.name, pattern)
+    state = {}
+
+    def visit(name, path):
+        assert state.get(name) != "open", "a cycle of needs: %s" % " → ".join(path + [name])
+        if state.get(name) is None:
+            state[name] = "open"
+            for need in study.STUDIES[name].needs:
+                visit(need.study, path + [name])
+            state[name] = "done"
+
+    for name in study.STUDIES:
+        visit(name, [])
+
+
+def test_the_declared_dependencies():
+    needs = {name: sorted({n.study for n in entry.needs}) for name, entry in study.STUDIES.items() if entry.needs}
+    assert needs == {"capacity": ["gap-vs-n"], "held-out": ["informative"], "converged": ["informative"],
+                     "cap-check": ["gap-vs-n", "informative", "sa-vi"]}
+    assert {name for name, entry in study.STUDIES.items() if entry.data} == {
+        "gap-vs-n", "studies-end", "reference-cpu", "plateau"}
+
+
+def test_every_report_script_exists_and_every_report_writes_under_figures(tmp_path):
+    from amortized_pyro.cli.commands import cli
+    ctx = study.Context(tmp_path, "mnist")
+    for entry in study.STUDIES.values():
+        assert entry.figures.startswith("figures/")
+        steps = entry.report(ctx)
+        assert steps, entry.name
+        for step in steps:
+            if isinstance(step, study.Copy):
+                assert step.dest.startswith(entry.figures)
+                continue
+            argv = [a.text() if isinstance(a, study.Glob) else a for a in step.argv]
+            assert argv[0] == "python"
+            if argv[1] == "-m":
+                assert argv[2] == "amortized_pyro" and argv[3] in cli.commands, step.text()
+                if argv[3] == "plot":  # the results.jsonl the study's compare writes
+                    assert any(fnmatch(argv[-1], pattern) for pattern in entry.reads), step.text()
+            else:
+                assert (ROOT / argv[1]).is_file(), step.text()
+            if step.stdout:
+                out = step.stdout
+            elif "--out" in argv:
+                out = argv[argv.index("--out") + 1]
+            else:  # plot: beside its results.jsonl
+                out = argv[-1]
+            assert fnmatch(out, entry.figures + "*"), (entry.name, step.text())
+
+
+NAMED = re.compile(r"(?<![\w./$%-])(?:experiments/)?([\w-]+\.(?:py|sh|toml))\b")  # not $1-study.toml, %s.sh
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.sh")) + sorted(EXPERIMENTS.glob("*.py"))
+                         + [ROOT / "docs" / "cli.md"], ids=lambda p: p.name)
+def test_every_script_named_in_the_experiments_and_the_cli_page_exists(path):
+    text = path.read_text(encoding="utf-8")
+    named = {m for m in NAMED.findall(text) if not m.split(".")[0].isupper()}  # NAME.sh: a placeholder
+    missing = sorted(m for m in named if not (EXPERIMENTS / m).exists())
+    assert not missing, "%s names %s" % (path.name, ", ".join(missing))
+
+
+# The driver
+
+
+def test_list_names_every_study_its_needs_and_its_folder(capsys):
+    status, out, _ = drive(capsys, "--list")
+    assert status == 0
+    rows = {line.split()[0]: line for line in out[1:]}
+    assert set(rows) == set(study.STUDIES)
+    for name, entry in study.STUDIES.items():
+        assert entry.figures in rows[name]
+        for need in entry.needs:
+            assert need.study in rows[name].split(None, 1)[1]
+    assert "gap-vs-n" in rows["capacity"] and "MNIST IDX folder" in rows["gap-vs-n"]
+
+
+def test_the_cli_page_shows_the_list_as_it_is(capsys):
+    _, out, _ = drive(capsys, "--list")
+    assert "\n".join(out) in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def test_a_missing_need_stops_with_one_line_naming_what_to_run(root):
+    done = subprocess.run([sys.executable, str(EXPERIMENTS / "study.py"), "capacity", "--root", str(root)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "python experiments/study.py gap-vs-n" in lines[0] and "--with-needs" in lines[0]
+    assert "runs/gap-vs-n/n2500/runs/*/A-VI_k_64-seed0/summary.json" in lines[0]
+    assert done.stdout == "" and files_under(root) == []  # nothing ran, nothing was made
+
+
+def test_a_partial_need_is_not_taken(root, capsys):
+    """Converged needs all six informative runs finished: five are not enough, a run without summary.json is not."""
+    runs = ["%s/%s-seed%d" % (study.INFORMATIVE, label, seed) for label in ("F-VI", "A-VI_k_64") for seed in (0, 1, 2)]
+    touch(root, *["%s/summary.json" % run for run in runs[:-1]], "%s/checkpoint.pt" % runs[-1])
+    status, out, err = drive(capsys, "converged", "--root", root, "--dry-run")
+    assert status == 2 and out == [] and len(err) == 1
+    assert "A-VI_k_64-seed2/summary.json missing" in err[0] and "python experiments/study.py informative" in err[0]
+    touch(root, "%s/summary.json" % runs[-1])
+    status, out, err = drive(capsys, "converged", "--root", root, "--dry-run")
+    assert status == 0 and err == [] and "+ bash experiments/converged.sh" in out
+
+
+def test_a_need_that_matches_twice_is_refused(root, capsys):
+    for folder in ("shared_data_mnist", "mnist"):
+        touch(root, "runs/gap-vs-n/n2500/runs/%s/A-VI_k_64-seed0/summary.json" % folder)
+    status, _, err = drive(capsys, "capacity", "--root", root, "--dry-run")
+    assert status == 2 and len(err) == 1 and "2 files match it, one expected" in err[0]
+
+
+def test_a_study_on_mnist_needs_its_folder(root, capsys):
+    status, out, err = drive(capsys, "gap-vs-n", "--root", root)
+    assert status == 2 and out == [] and len(err) == 1 and "--data DIR" in err[0]
+    status, out, err = drive(capsys, "gap-vs-n", "--root", root, "--data", "no-such-folder")
+    assert status == 2 and "no folder no-such-folder" in err[0]
+
+
+def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
+    (root / "mnist").mkdir()
+    before = files_under(root)
+    status, out, err = drive(capsys, "cap-check", "--with-needs", "--dry-run", "--data", "mnist", "--root", root)
+    assert status == 0, err
+    expected = [  # in this order; the informative and cap-check scripts write their reports themselves
+        "+ bash experiments/sa-vi.sh",
+        "+ python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled runs/sa-vi-20 --out figures/sa-vi",
+        "+ bash experiments/gap-vs-n.sh mnist",
+        "+ python experiments/gap_tables.py runs/gap-vs-n/n1000 runs/gap-vs-n/n2500 runs/gap-vs-n/n8000 --by-n "
+        "--out figures/gap-vs-n",
+        "+ bash experiments/informative.sh",
+        "  python experiments/theta_scales.py runs/informative/runs/mnist-sample/* > figures/informative/theta_scales.md",
+        "+ bash experiments/cap-check.sh",
+        "  python experiments/cap_check.py runs/informative/runs/mnist-sample/F-VI-seed0/gap-test.json "
+        "runs/cap-check/informative-F-VI-seed0-test-20000.json > figures/cap-check/informative-F-VI-seed0-test-20000.md",
+    ]
+    at = [out.index(line) for line in expected]
+    assert at == sorted(at), out
+    assert sum(line.startswith("+ bash ") for line in out) == 4
+    assert files_under(root) == before  # a dry run makes nothing
+
+
+def test_dry_run_passes_the_script_options_and_skips_needs_that_are_there(root, capsys):
+    touch(root, "runs/gap-vs-n/n2500/runs/shared_data_mnist/A-VI_k_64-seed0/summary.json")
+    status, out, _ = drive(capsys, "capacity", "--dry-run", "--with-needs", "--root", root, "--seeds", "0")
+    assert status == 0
+    assert [line for line in out if line.startswith("+ ")] == [
+        "+ bash experiments/capacity.sh --seeds 0",
+        "+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity"]
+    (root / "mnist").mkdir()
+    status, out, _ = drive(capsys, "reference-cpu", "--dry-run", "--root", root, "--data=mnist", "--", "--dry-run")
+    assert [line for line in out if line.startswith("+ ")] == [
+        "+ bash experiments/reference-cpu.sh %s mnist --dry-run" % s for s in study.REFERENCE_CPU]
+
+
+def test_report_only_needs_the_studys_runs(root, capsys):
+    status, out, err = drive(capsys, "capacity", "--report-only", "--root", root)
+    assert status == 2 and out == [] and len(err) == 1
+    assert "runs/capacity/capacity.jsonl" in err[0] and "python experiments/study.py capacity" in err[0]
+    assert files_under(root) == []
+
+
+def test_unknown_study_and_usage(capsys):
+    assert drive(capsys, "no-such-study")[0] == 2
+    assert drive(capsys)[0] == 2
+
+
+# The report steps, each on the smallest input it reads
+
+
+def gap(mean, stderr=1.0):
+    return {"mean": mean, "stderr": stderr}
+
+
+def capacity_rows():
+    """A sweep of widths 8 and 32, depth 1, seeds 0 and 1, as the capacity command leaves capacity.jsonl."""
+    rows = []
+    for width, base in ((8, 10.0), (32, 4.0)):
+        for seed in (0, 1):
+            for split, extra in (("train", 0.0), ("test", 6.0)):
+                rows.append({"width": width, "depth": 1, "seed": seed, "split": split, "n_images": 5,
+                             "epochs": 100 + 20 * seed, "encoder_capped": seed == 1 and width == 32,
+                             "amortization_gap": gap(base + extra + 2 * seed), "coupling_gap": gap(1.0 + seed),
+                             "approximation_gap": gap(3.0), "capped": 0, "capped_per_theta": 0, "hit_cap": False})
+    return rows
+
+
+def test_capacity_status_tables_the_encoders_done(tmp_path):
+    rows = capacity_rows()
+    source = tmp_path / "runs" / "capacity" / "capacity.jsonl"
+    touch(tmp_path, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "figures" / "capacity"
+    subprocess.run([sys.executable, str(EXPERIMENTS / "capacity_status.py"), str(source), "--out", str(out)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    assert (out / "capacity.jsonl").read_text() == source.read_text()
+    assert (out / "capacity.png").stat().st_size > 0
+    text = (out / "capacity.md").read_text()
+    assert text.startswith("Command: python experiments/capacity_status.py %s --out %s (4 encoders)" % (source, out))
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): [c.strip() for c in line.strip("|").split("|")]
+             for line in text.splitlines() if re.match(r"\| \d", line)}
+    assert set(table) == {(w, "1", s) for w in ("8", "32") for s in ("train", "test")}
+    # width 32, test: seeds' amortization gaps 10 and 12 → 11.0 ± 1.0 over seeds; one encoder at the epoch cap
+    assert table[("32", "1", "test")][3:8] == ["2", "5", "110", "1", "11.0 ± 1.0"]
+    assert table[("8", "1", "train")][7:] == ["11.0 ± 1.0", "1.5 ± 0.5", "3.0 ± 0.0"]
+
+
+def test_the_driver_reports_capacity_from_existing_runs(root, capsys):
+    touch(root, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in capacity_rows()))
+    status, out, err = drive(capsys, "capacity", "--report-only", "--root", root)
+    assert status == 0, err
+    assert out[0] == "+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity"
+    assert sorted(p.name for p in (root / "figures" / "capacity").iterdir()) == [
+        "capacity.jsonl", "capacity.md", "capacity.png"]
+    assert (root / "runs" / "capacity" / "capacity.jsonl").exists()  # nothing deleted
+
+
+def end_run(root, folder, label, batch_size, epochs, finished, test_mse=0.0600, evaluated=True):
+    """A run of experiments/studies-end.sh as far as studies_end_status.py reads it: config.json, metrics.jsonl."""
+    run = root / "runs" / folder / "runs" / "shared_data_mnist" / ("%s-seed0" % label)
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"config": {"batch_size": batch_size}, "data": {
+        "n_obs": 8000, "mean_image_mse": {"train_mse": 0.0640, "test_mse": 0.0650}}}))
+    rows = []
+    for epoch in range(1, epochs + 1):
+        row = {"epoch": epoch, "elbo_per_obs": -600.0 + epoch / 100}
+        if evaluated and (epoch % 10 == 0 or epoch == epochs):
+            row.update(train_plugin_mse=0.0320, test_plugin_mse=test_mse, train_predictive_mse=0.0330,
+                       test_predictive_mse=test_mse and test_mse + 0.001)
+        rows.append(row)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+        (run / "summary.json").write_text("{}")
+
+
+def test_studies_end_status_says_where_each_run_stands(tmp_path):
+    end_run(tmp_path, "end-seed-elbo-amortized", "A-VI_k_64", 50000, 50, finished=True)  # ≥ N: full batch
+    end_run(tmp_path, "end-original-reference-per-datapoint", "F-VI", 3000, 37, finished=False, test_mse=None)
+    end_run(tmp_path, "end-original-elbo-shared", "constant-VI", 1000, 5, finished=False, evaluated=False)
+    (tmp_path / "runs" / "end-seed-elbo-amortized.log").write_text("a log beside the folders\n")
+    folders = sorted(str(p) for p in (tmp_path / "runs").glob("end-*"))
+    out = subprocess.run([sys.executable, str(EXPERIMENTS / "studies_end_status.py"), *folders],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:]]
+    assert rows == [  # the constant-VI run, not yet evaluated, has no row yet; the .log is passed over
+        ["original", "reference", "F-VI", "111 of 50000, going on", "0.0320 (0.50)", "0.0330", "n/a", "n/a", "-599.63"],
+        ["seed", "elbo", "A-VI k=64", "50 of 5000", "0.0320 (0.50)", "0.0330", "0.0600 (0.92)", "0.0610", "-599.50"],
+    ], out
+
+
+def report(label, per_image, max_steps, capped=0, capped_per_theta=0):
+    return {"label": label, "n_images": len(per_image["elbo_optimized"]), "capped": capped,
+            "capped_per_theta": capped_per_theta, "settings": {"max_steps": max_steps, "theta_draws": 2},
+            "per_image": per_image}
+
+
+def test_cap_check_pairs_the_two_reports_per_image(tmp_path):
+    first = report("F-VI", {"elbo_guide": None, "elbo_optimized": [-100.0, -90.0, -80.0],
+                            "elbo_per_theta": [-99.0, -89.0, -79.0]}, 1500, capped=3, capped_per_theta=5)
+    second = report("F-VI", {"elbo_guide": None, "elbo_optimized": [-98.0, -89.0, -77.0],
+                             "elbo_per_theta": [-99.0, -88.0, -79.0]}, 20000)
+    paths = []
+    for name, r in (("first", first), ("second", second)):
+        paths.append(tmp_path / ("%s.json" % name))
+        paths[-1].write_text(json.dumps(r))
+    out = subprocess.run([sys.executable, str(EXPERIMENTS / "cap_check.py"), *map(str, paths)], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out[0] == "%s: cap 1500 steps, capped q* 3 of 3 images, capped q*_m 5 of 6 pairs" % paths[0]
+    assert out[1] == "%s: cap 20000 steps, capped q* 0 of 3 images, capped q*_m 0 of 6 pairs" % paths[1]
+    d = [2.0, 1.0, 3.0]  # L(q*): second − first, per image
+    assert out[2] == "elbo_optimized  second − first: +%.2f ± %.2f nats per image (min +1.00, max +3.00, 3 images)" % (
+        statistics.mean(d), statistics.stdev(d) / math.sqrt(3))
+    assert out[3].startswith("elbo_per_theta  second − first: +0.33 ± 0.33") and len(out) == 4  # no L(guide): F-VI
+
+
+def test_the_driver_writes_cap_checks_pairs_into_figures(root, capsys):
+    per_image = {"elbo_guide": [-101.0, -91.0], "elbo_optimized": [-100.0, -90.0], "elbo_per_theta": [-99.0, -89.0]}
+    runs = [run.replace("*", "shared_data_mnist") for run, _ in study.CAP_CHECK]
+    for run, (_, name) in zip(runs, study.CAP_CHECK):
+        touch(root, run + "/gap-test.json", text=json.dumps(report("A-VI k=64", per_image, 1500)))
+        touch(root, "runs/cap-check/%s.json" % name, text=json.dumps(report("A-VI k=64", per_image, 20000)))
+    status, out, err = drive(capsys, "cap-check", "--report-only", "--root", root)
+    assert status == 0, err
+    for run, (_, name) in zip(runs, study.CAP_CHECK):
+        text = (root / "figures" / "cap-check" / ("%s.md" % name)).read_text().splitlines()
+        assert text[0] == "Command: python experiments/cap_check.py %s/gap-test.json runs/cap-check/%s.json" % (run, name)
+        assert text[2].startswith("%s/gap-test.json: cap 1500 steps" % run)
+        assert text[4].startswith("elbo_guide      second − first: +0.00 ± 0.00") and len(text) == 7
+    assert sum("second − first" in line for line in out) == 9  # also shown
+
+
+def test_the_driver_copies_the_held_out_study_into_figures(root, capsys):
+    touch(root, *("runs/held-out/%s" % f for f in ("held_out.jsonl", "references.jsonl", "held_out.md", "gaps.png")))
+    touch(root, "runs/held-out/work-in-progress.json")
+    status, _, err = drive(capsys, "held-out", "--report-only", "--root", root)
+    assert status == 0, err
+    assert sorted(p.name for p in (root / "figures" / "held-out").iterdir()) == [
+        "gaps.png", "held_out.jsonl", "held_out.md", "references.jsonl"]
