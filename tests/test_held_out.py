@@ -100,3 +100,15 @@ def test_the_held_out_command_trains_scores_resumes_and_refuses_other_settings(r
     assert again.exit_code == 0 and "epochs" not in again.output.split("| encoder")[0]  # nothing trained again
     other = CliRunner().invoke(cli, args[:-3] + ["--ais-steps", "2"] + args[-2:])
     assert other.exit_code == 1 and "other settings" in other.output and len(other.output.strip().splitlines()) == 1
+
+
+def test_the_gaps_figure_draws_never_seen_images_only_where_they_were_never_seen(tmp_path):
+    from amortized_pyro.report.held_out import gaps_figure
+    gap = {"mean": 10.0, "stderr": 1.0}
+    rows = [dict(width=4, train_on=on, regularizer="none", encoder="k=4 on %s" % on, set=s, run="r", n_train=n,
+                 amortization_gap=gap, refinement=[]) for on, n in ((30, 30), ("train", 60), ("train+test", 80))
+            for s in ("train", "train-unseen", "test")]
+    (ax,) = gaps_figure(rows, [], tmp_path / "g.png").axes
+    points = {c.get_label(): len(c.lines[0].get_xdata()) for c in ax.containers}
+    assert points["training images a subset encoder never saw"] == 1  # the subset encoder's point alone
+    assert points["held-out images"] == 3 and points["training images"] == 3

@@ -100,7 +100,7 @@ def gaps_figure(rows, references, path):
         for name, (color, marker, style) in SET_STYLES.items():
             found = {}
             for (encoder, s), group in groups([r for r in plain if r["width"] == width]).items():
-                if s == name:
+                if s == name and not (s == "train-unseen" and in_training(group[0])):  # never-seen images only
                     found[_train_on_position(group[0]["train_on"], n_obs)] = (
                         group[0]["train_on"], over_seeds([r["amortization_gap"] for r in group]))
             xs = sorted(found)
@@ -110,10 +110,11 @@ def gaps_figure(rows, references, path):
                 ax.set_xticks(range(len(xs)), ["%s\n(+ held-out)" % n_obs if found[x][0] == "train+test" else str(x)
                                                for x in xs])
         ax.set(xlabel="images the fresh encoder trained on", ylabel="amortization gap L(q*) − L(encoder) (nats / image)",
-               title="fresh k=%d encoders on frozen decoders (%d runs; mean ± s.e. over runs)"
-                     % (width, len({r["run"] for r in plain})))
+               title="fresh k=%d encoders" % width)
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
+    fig.suptitle("Fresh encoders on frozen decoders: mean over %d runs ± s.e. over the runs' image means"
+                 % len({r["run"] for r in plain}), fontsize=10)
     legend_outside(axes[0][-1])
     return save_figure(fig, path)
 
