@@ -174,6 +174,7 @@ def figure(reports, path, title, note=None):
             if bars:
                 ax.errorbar(*zip(*bars), fmt="none", ecolor="black", capsize=3)
         ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(labels) - 0.4)  # every slot, an "n/a" one included, inside the axes
         ax.set(title=gap.replace("_", " ") + " (nats / image)")
         ax.axhline(0, color="black", linewidth=0.5)
     axes[2].set_ylabel(estimator_text(reports), fontsize=8)

@@ -171,6 +171,7 @@ def runs_of(*labels, seeds=SEEDS, folder=INFORMATIVE, file="summary.json"):
     return tuple("%s/%s-seed%d/%s" % (folder, label, seed, file) for label in labels for seed in seeds)
 
 
+GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
     ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
@@ -178,6 +179,12 @@ CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with
     (INFORMATIVE + "/F-VI-seed0", "informative-F-VI-seed0-test-20000"),
 )
 REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # reference-cpu.sh's four studies
+
+
+def comparison_copies(folder, dest):
+    """A comparison folder's table, results and gap reports copied into ``dest`` (its runs stay ignored)."""
+    return [Copy(("%s/summary.md" % folder, "%s/results.jsonl" % folder), dest),
+            Copy(("%s/runs/*/*/gap-*.json" % folder,), "%s/reports" % dest, by_run=True)]
 
 
 def compare_study(name, what, figures=None, **kwargs):
@@ -212,8 +219,11 @@ STUDIES = {study.name: study for study in (
           ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
     Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",
           "figures/gap-vs-n", "runs/gap-vs-n",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/gap-vs-n/n1000", "runs/gap-vs-n/n2500",
-                                "runs/gap-vs-n/n8000", "--by-n", "--out", "figures/gap-vs-n"))],
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/gap-vs-n/n%d" % n for n in GAP_VS_N_SIZES)
+                               + ("--by-n", "--out", "figures/gap-vs-n"))]
+          + [step for n in GAP_VS_N_SIZES for step in comparison_copies("runs/gap-vs-n/n%d" % n,
+                                                                        "figures/gap-vs-n/n%d" % n)],
           ("runs/gap-vs-n/n*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("capacity", "fresh encoders of 3 widths and 3 depths on a frozen q(θ) (Cremer et al.)",
           "figures/capacity", "runs/capacity",
@@ -230,7 +240,8 @@ STUDIES = {study.name: study for study in (
     Study("converged", "the informative F-VI and A-VI k = 64 runs trained on to convergence, with gaps",
           "figures/converged", "runs/converged",
           lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/converged", "--out",
-                                "figures/converged"))],
+                                "figures/converged")),
+                       Copy(("runs/converged/runs/*/*/gap-*.json",), "figures/converged/reports", by_run=True)],
           ("runs/converged/runs/*/*/gap-*.json",),
           needs=(Need("informative", runs_of("F-VI", "A-VI_k_64"),
                       "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),

@@ -100,6 +100,8 @@ def test_a_missing_gap_is_drawn_as_missing(tmp_path, monkeypatch, saved):
     assert len(bar_centres(amortization)) == 3 and max(bar_centres(amortization)) < 1
     assert errorbar_xs(amortization) and max(errorbar_xs(amortization)) < 1
     assert [t.get_position()[0] > 1 for t in amortization.texts if t.get_text() == "n/a"] == [True]
+    low, high = amortization.get_xlim()  # the note inside the axes, not past their edge
+    assert all(low < t.get_position()[0] < high for t in amortization.texts if t.get_text() == "n/a")
     coupling = saved[-1].axes[1]  # F-VI's held-out coupling gap exists: drawn
     assert len(bar_centres(coupling)) == 4 and not [t for t in coupling.texts if t.get_text() == "n/a"]
 
