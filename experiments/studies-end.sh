@@ -10,20 +10,23 @@
 #   python experiments/plateau_report.py runs/end-*/ --out figures/studies-end
 #   python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
 # Use: experiments/studies-end.sh MNIST_IDX_FOLDER, or all through the driver: python experiments/study.py studies-end
+# STUDIES=original runs one study only (default: seed original); JOBS=1 runs one job at a time (default 2), e.g.
+# beside another heavy job on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs
 jobs=()
-for study in seed original; do
+for study in ${STUDIES:-seed original}; do
+  case $study in seed|original) ;; *) echo "studies-end.sh: unknown study '$study' in STUDIES (seed, original)" >&2; exit 2;; esac
   for guide in amortized per-datapoint shared; do
     for objective in reference elbo; do jobs+=("$study $objective $guide"); done
   done
 done
 for job in "${jobs[@]}"; do
   set -- $job
-  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do sleep 5; done
+  while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do sleep 5; done
   preset=experiments/$1-study.toml; [ "$2" = elbo ] && preset=experiments/$1-study-elbo.toml
   length=(); [ "$1" = original ] && length=(--epochs 6250)  # 50,000 steps of B = 1,000 at N = 8,000
   out="runs/end-$1-$2-$3"
