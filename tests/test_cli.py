@@ -132,7 +132,7 @@ def test_without_ray_the_executor_says_how_to_install_it(monkeypatch, tmp_path):
     (["fit", "--checkpoint-every", "abc"], "--checkpoint-every"), (["fit", "--device", "foo"], "--device"),
     (["fit", "--seed", "-1"], "--seed"), (["gap", ".", "--refine-steps", "abc"], "--refine-steps"),
     (["gap", ".", "--refine-steps", "0,-5"], "--refine-steps"),
-    (["fit", *FAST, "--elbo", "meanfield", "--objective", "reference"], "--objective"),
+    (["fit", *FAST, "--estimator", "meanfield", "--objective", "reference"], "--objective"),
     (["fit", *FAST, "--replicas", "2", "--guide", "semi-amortized"], "--guide"),
     (["fit", *FAST, "--init-scale", "1e308"], "--init-scale"),
     (["fit", *FAST, "--epochs", "99999999999999999999999"], "--epochs"),
@@ -180,6 +180,26 @@ def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_
         assert a.guide.state_dict().keys() == b.guide.state_dict().keys()
         for key, value in a.guide.state_dict().items():
             assert torch.equal(value, b.guide.state_dict()[key]), key
+
+
+def test_a_run_whose_config_names_the_estimator_elbo_reads_and_resumes_as_today(tmp_path):
+    """Earlier versions called the estimator setting ``elbo`` (a name the objective and the metric also use);
+    such a config.json reads as ``estimator`` and the run resumes as the same run written today."""
+    from amortized_pyro.runs.fit import resume
+    from amortized_pyro.runs.store import RENAMED_SETTINGS, read_info
+    from conftest import tiny_finished_run
+    new = tiny_finished_run(tmp_path / "new")
+    old = tmp_path / "old"
+    shutil.copytree(new, old)
+    before = {new_name: old_name for old_name, new_name in RENAMED_SETTINGS.items()}
+    info = json.loads((old / "config.json").read_text())
+    info["config"] = {before.get(k, k): v for k, v in info["config"].items()}
+    (old / "config.json").write_text(json.dumps(info))
+    assert "elbo" in json.loads((old / "config.json").read_text())["config"]
+    assert read_info(old) == read_info(new)
+    quiet = dict(progress=False, log=lambda *a: None)
+    a, b = resume(new, epochs=3, **quiet), resume(old, epochs=3, **quiet)
+    assert [r["elbo"] for r in a.history] == [r["elbo"] for r in b.history]
 
 
 def test_a_bug_of_ours_shows_its_traceback_and_asks_for_a_report(monkeypatch):

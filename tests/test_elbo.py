@@ -115,7 +115,7 @@ def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
 
 @pytest.mark.parametrize("setup", CASES, indirect=True, ids=str)
 def test_meanfield_estimator_equals_the_closed_form_kl_on_the_same_draw(setup):
-    """--elbo meanfield: the likelihood at the draw minus the closed-form KL of every θ and z coordinate,
+    """--estimator meanfield: the likelihood at the draw minus the closed-form KL of every θ and z coordinate,
     scaled by N/B (z) and by the warm-up's β; a different number from Trace_ELBO's at the same draw."""
     case, model, guide, x, idx = setup
     args = step_args(case, x, idx)

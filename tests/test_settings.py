@@ -118,12 +118,12 @@ def test_mean_image_baseline_is_recorded(tiny_data, tmp_path):
 
 
 def test_meanfield_estimator_trains_and_refuses_the_reference_objective(tiny_data):
-    result = fit(SMALL, data=tiny_data, elbo="meanfield", progress=False)
+    result = fit(SMALL, data=tiny_data, estimator="meanfield", progress=False)
     sampled = fit(SMALL, data=tiny_data, progress=False)
     assert all(math.isfinite(r["elbo"]) for r in result.history)
     assert [r["elbo"] for r in result.history] != [r["elbo"] for r in sampled.history]
     with pytest.raises(AmortizedPyroError, match="meanfield"):
-        FitConfig(elbo="meanfield", objective="reference").check()
+        FitConfig(estimator="meanfield", objective="reference").check()
 
 
 def test_a_run_that_ends_inside_its_warmup_says_so(tiny_data):

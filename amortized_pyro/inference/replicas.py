@@ -48,9 +48,9 @@ def check_pack(configs):
     if first.stop_window:
         raise InvalidSettings("replicas train every seed for the same epochs: early stopping (stop_window) would make "
                               "a replica other than the run of its seed", ["stop_window"])
-    if first.guide == "semi-amortized" or first.particles != 1 or first.elbo != "trace":
+    if first.guide == "semi-amortized" or first.particles != 1 or first.estimator != "trace":
         raise InvalidSettings("replicas support %s (this run: guide %s, particles %d, elbo %s)"
-                              % (SUPPORTED, first.guide, first.particles, first.elbo), ["guide", "particles", "elbo"])
+                              % (SUPPORTED, first.guide, first.particles, first.estimator), ["guide", "particles", "estimator"])
 
 
 class ReplicaStreams(Messenger):
@@ -106,7 +106,7 @@ class Pack:
     def __init__(self, models, guides, states, streams, writers, schedule):
         self.models, self.guides, self.states, self.streams, self.writers = models, guides, states, streams, writers
         self.label = "%s x%d" % (guides[0].family, len(guides))
-        self.elbos = [make_elbo(1, schedule.elbo)(model, guide) for model, guide in zip(models, guides)]
+        self.elbos = [make_elbo(1, schedule.estimator)(model, guide) for model, guide in zip(models, guides)]
         self.names = sorted(name for name, _ in guides[0].named_parameters())
         self.stacked = {name: nn.Parameter(torch.stack([dict(g.named_parameters())[name].detach() for g in guides]))
                         for name in self.names}

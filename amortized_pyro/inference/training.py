@@ -106,13 +106,13 @@ def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elb
 
 class SingleRun:
     """One run as :func:`train` drives it: its model, guide, state (a :class:`TrainingState`) and ELBO
-    (``schedule.particles``, ``schedule.elbo``), its minibatch orders and draws from the global stream.
+    (``schedule.particles``, ``schedule.estimator``), its minibatch orders and draws from the global stream.
     ``after_epoch(record, last, stopping)`` is called after every epoch. Seeds packed as replicas
     (:class:`amortized_pyro.inference.replicas.Pack`) are driven the same way."""
 
     def __init__(self, model, guide, state, schedule, after_epoch=None):
         self.models, self.guides, self.states = [model], [guide], [state]
-        self.elbos = [make_elbo(schedule.particles, schedule.elbo)(model, guide)]
+        self.elbos = [make_elbo(schedule.particles, schedule.estimator)(model, guide)]
         self.label, self.after = guide.family, after_epoch
 
     def epoch_losses(self, data, schedule, kl_scale, x_all):

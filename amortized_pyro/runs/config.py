@@ -124,9 +124,10 @@ class FitConfig(Checked):
     batch_order: str = option("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
                               "fixed consecutive blocks of the data, in order, every epoch (the authors' code).",
                               choices=BATCH_ORDERS)
-    elbo: str = option("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
-                       "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every Normal "
-                       "site; the same expectation, less variance; only with --objective elbo).", choices=ESTIMATORS)
+    estimator: str = option("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
+                            "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every "
+                            "Normal site; the same expectation, less variance; only with --objective elbo).",
+                            choices=ESTIMATORS)
     particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
     stop_window: int = option(0, "Stop early when the training objective per image, averaged over windows of this "
                               "many epochs, rose by less than --stop-gain on the window before (--epochs is then a "
@@ -150,10 +151,10 @@ class FitConfig(Checked):
     def check(self):
         """Every field within its rules (:meth:`Checked.check`), and the fields that must agree do."""
         super().check()
-        if self.elbo == "meanfield" and self.objective != "elbo":
+        if self.estimator == "meanfield" and self.objective != "elbo":
             raise InvalidSettings("the meanfield estimator's analytic KL is the true one: it cannot score q as the "
-                                  "reference objective does (use elbo = trace with objective = reference)",
-                                  ["elbo", "objective"])
+                                  "reference objective does (use estimator = trace with objective = reference)",
+                                  ["estimator", "objective"])
         return self
 
     @classmethod

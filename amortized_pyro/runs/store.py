@@ -38,6 +38,7 @@ RUN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt", "params.pt", "summ
 FORMAT = 3  # 1: Pyro param-store state (before the guides owned their parameters); 2: the guide's state_dict,
 # q(θ) under PyroParam's private names (q_theta.loc_unconstrained, q_theta.scale_unconstrained: log s), read
 # as 3 (RENAMED_IN_3); 3: the guide's state_dict, q(θ) as q_theta.loc and q_theta.log_scale
+RENAMED_SETTINGS = {"elbo": "estimator"}  # config.json keys of earlier versions: their names today
 RENAMED_IN_3 = {"q_theta.loc_unconstrained": "q_theta.loc", "q_theta.scale_unconstrained": "q_theta.log_scale"}
 
 
@@ -218,7 +219,11 @@ def _load(path, what):
 
 
 def read_info(path):
-    return _load(Path(path), "config.json")
+    """A run's config.json, its settings under today's names (:data:`RENAMED_SETTINGS`)."""
+    info = _load(Path(path), "config.json")
+    if isinstance(info.get("config"), dict):
+        info["config"] = {RENAMED_SETTINGS.get(k, k): v for k, v in info["config"].items()}
+    return info
 
 
 def load_history(path):
