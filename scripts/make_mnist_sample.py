@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from amortized_pyro.runs.data import read_idx
+from amortized_pyro.runs.formats import read_idx
 
 OUT = Path(__file__).resolve().parents[1] / "amortized_pyro" / "sample" / "mnist_sample.npz"
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from amortized_pyro import AmortizedPyroError, load_data
-from amortized_pyro.runs.data import SAMPLE_PATH, read_idx
+from amortized_pyro.runs.data import SAMPLE_PATH
+from amortized_pyro.runs.formats import read_idx
 
 quiet = dict(log=lambda line: None)
 
@@ -109,7 +110,7 @@ def test_npy_and_npz_sources(tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("nan", "NaN"), ("range", r"\[0, 1\]"), ("garbage", "not a readable .npy/.npz array file \\(corrupt"),
-    ("keys", "expected arrays"), ("sizes", "train and test images differ in size \\(784 and 16 pixels\\)"),
+    ("keys", "expected arrays"), ("sizes", "train and test images differ in shape \\(1×28×28 and 1×4×4\\)"),
 ])
 def test_bad_array_files_give_clear_errors(tmp_path, content, message):
     images = sample_images(20) / 255.0

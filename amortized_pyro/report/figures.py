@@ -144,6 +144,7 @@ def reconstruction_figure(results, dataset, path):
     images = {(r["label"], r["split"]): np.array(r["images"]) for r in recs}
     n = max(len(v) for v in images.values())
     side = int(round(np.sqrt(next(iter(images.values())).shape[1])))
+    channels, height, width = recs[0].get("shape") or (1, side, side)  # results of earlier versions: gray squares
     fig, axes = subplots(2 * n, len(names), figsize=(1.2 * len(names), 1.2 * 2 * n + 0.8), squeeze=False)
     for col, name in enumerate(names):
         for s, split in enumerate(("train", "test")):
@@ -153,7 +154,10 @@ def reconstruction_figure(results, dataset, path):
                 ax.set_yticks([])
                 block = images.get((name, split))
                 if block is not None and i < len(block):
-                    ax.imshow(block[i].reshape(side, side), cmap="gray", vmin=0, vmax=1)
+                    if channels == 1:
+                        ax.imshow(block[i].reshape(height, width), cmap="gray", vmin=0, vmax=1)
+                    else:  # channel-first rows, drawn as height × width × colour
+                        ax.imshow(block[i].reshape(channels, height, width).transpose(1, 2, 0).clip(0, 1))
                 else:
                     ax.text(0.5, 0.5, "n/a", ha="center", va="center", fontsize=7, transform=ax.transAxes)
                 if i == 0 and s == 0:

@@ -79,11 +79,15 @@ class FitConfig(Checked):
                               "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
     seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
                        grid=True)
-    dataset: str = option("mnist", "mnist, fashion-mnist, mnist-sample (shipped, offline), a folder of IDX "
-                          "files, or a .npy/.npz file of images.", grid=True)
-    data_dir: str = option("data", "Where torchvision finds or downloads MNIST/FashionMNIST.", result=False)
-    download: bool = option(True, "Try to download MNIST/FashionMNIST when it is not in --data-dir.",
+    dataset: str = option("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "
+                          "folder of IDX files, of CIFAR-10's python batches (cifar-10-batches-py) or of SVHN's "
+                          "train_32x32.mat / test_32x32.mat, or a .npy/.npz file of images.", grid=True)
+    data_dir: str = option("data", "Where torchvision finds or downloads mnist, fashion-mnist, cifar10, svhn.",
+                           result=False)
+    download: bool = option(True, "Try to download a named dataset when it is not in --data-dir.",
                             result=False)
+    grayscale: bool = option(False, "Colour images (CIFAR-10, SVHN) as their luminance, 0.299 R + 0.587 G + "
+                             "0.114 B, one channel; colour is kept otherwise (3 × 32 × 32 = 3,072 pixels).")
     n_obs: int = option(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
     n_test: int = option(1000, "Held-out test images.", low=0)
     binarize: bool = option(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "

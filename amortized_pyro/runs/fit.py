@@ -112,9 +112,10 @@ def prepare_data(config, data=None, log=print):
     """The run's data: loaded (or given), binarized where asked, checked against the likelihood."""
     if data is None:
         data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
-                         config.download, log, binarize=config.binarize)
-    elif config.binarize and not data.binarized:
-        data = data.binarize(config.seed)
+                         config.download, log, binarize=config.binarize, grayscale=config.grayscale)
+    else:
+        data = data.grayscale() if config.grayscale else data
+        data = data.binarize(config.seed) if config.binarize and not data.binarized else data
     if config.likelihood == "bernoulli" and not data.is_binary():
         raise AmortizedPyroError("the Bernoulli likelihood needs binary images (binarize them)")
     return data
@@ -122,7 +123,7 @@ def prepare_data(config, data=None, log=print):
 
 def data_info(data):
     return {"name": data.name, "source": data.source, "origin": data.origin, "n_obs": data.train.shape[0],
-            "n_test": data.test.shape[0], "x_dim": data.train.shape[1], "binarized": data.binarized,
+            "n_test": data.test.shape[0], "x_dim": data.train.shape[1], "image_shape": list(data.shape), "binarized": data.binarized,
             "fingerprint": data.fingerprint(), "mean_image_mse": mean_image_mse(data)}
 
 

@@ -130,7 +130,7 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     jobs = []
     for requested in datasets:
         data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
-                         binarize=base.binarize, allow_sample=allow_sample)
+                         binarize=base.binarize, allow_sample=allow_sample, grayscale=base.grayscale)
         for guide, width in grid:
             for seed in seeds:
                 config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
@@ -172,7 +172,7 @@ def assemble(jobs, finished, study, first_seed):
         elif outcome is not None:
             results.add_run(outcome, job.dataset, study, job.data.train.shape[0])
             if job.seed == first_seed:
-                results.add_images(job.dataset, reconstructions(outcome, job.data.to(outcome.device)))
+                results.add_images(job.dataset, reconstructions(outcome, job.data.to(outcome.device)), job.data.shape)
     return results
 
 

@@ -70,12 +70,13 @@ class Results:
                                       theta_scale_mean=record.get("theta_scale_mean", math.nan),
                                       **{k: record.get(k, math.nan) for k in MSE_KEYS}))
 
-    def add_images(self, dataset, images):
-        """Reconstructed images, ``(split, who, tensor [n, D] or None)`` each; the originals once per dataset."""
+    def add_images(self, dataset, images, shape):
+        """Reconstructed images, ``(split, who, tensor [n, D] or None)`` each, of ``shape`` (C, H, W); the
+        originals once per dataset."""
         for split, who, x in images:
             if x is not None and len(x) and not self._has(dataset, who, split):
                 self.reconstructions.append({"kind": "reconstruction", "dataset": dataset, "label": who,
-                                             "split": split, "images": _round(x)})
+                                             "split": split, "shape": list(shape), "images": _round(x)})
 
     def _has(self, dataset, name, split):
         return any((r["dataset"], r["label"], r["split"]) == (dataset, name, split) for r in self.reconstructions)
