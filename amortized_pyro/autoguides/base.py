@@ -190,6 +190,12 @@ class AutoLocalGuide(AutoGuide):
         """The median of q(θ) (its mean in unconstrained space), site → tensor; {} without global sites."""
         return {} if self.q_theta is None else self.q_theta.median()
 
+    def global_is_point(self):
+        """Whether q(θ) is a point mass (``globals="delta"``, or a module of one's own whose ``is_point()`` says
+        so): every draw is then its median."""
+        own_point = self.globals_kind == "own" and getattr(self.q_theta, "is_point", lambda: False)()
+        return self.globals_kind == "delta" or own_point
+
     @torch.no_grad()
     def global_sample(self, generator=None):
         """One θ ~ q(θ) drawn from ``generator`` (the global stream where None), site → tensor. For

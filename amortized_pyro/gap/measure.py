@@ -37,7 +37,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     fit, score = theta_draws(model, guide, x, settings, seed)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
-                                   progress, compact=True)
+                                   progress, compact=True, coupling=not guide.global_is_point())
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         plugin = model.mean_image(best.loc, theta)

@@ -7,9 +7,9 @@ minibatches drawn on the device, reads the loss back once (the epoch's one host 
 (shapes, supports) runs once, on one ELBO evaluation before training and outside the random stream;
 the steps run unvalidated, so a loss that turns non-finite is what signals divergence. With a KL warm-up
 the loss of the first ``kl_warmup`` epochs is the warm-up objective, not the ELBO: it is recorded as
-``objective`` with its ``kl_scale``, and ``elbo`` is missing there. With ``objective="reference"`` (not an
-ELBO) the loss is recorded as ``objective``, and at every evaluation the true ELBO is estimated separately
-(:func:`true_elbo`) and recorded as ``elbo``; every evaluation also records q(θ)'s mean scale s̄
+``objective`` with its ``kl_scale``, and ``elbo`` is missing there. With ``objective="reference"`` or a β-VAE's
+``kl_weight`` β ≠ 1 (neither an ELBO) the loss is recorded as ``objective``, and at every evaluation the true
+ELBO is estimated separately (:func:`true_elbo`) and recorded as ``elbo``; every evaluation also records q(θ)'s mean scale s̄
 (``theta_scale_mean``). ``batch_order="blocks"`` takes fixed consecutive minibatches in order (the
 authors' code) instead of a fresh random order every epoch. The loop knows nothing of files:
 after each epoch it hands the record to ``after_epoch`` (a run directory's writer, say), and SIGINT or
@@ -54,11 +54,18 @@ def flat(values, schedule):
     return sum(values[-w:]) / w - sum(values[-2 * w:-w]) / w < schedule.stop_gain
 
 
-def kl_schedule(schedule, epoch, device):
-    """The warm-up's KL scale for ``epoch`` as a device tensor (None without warm-up)."""
-    if not schedule.kl_warmup:
+def kl_weight(schedule, epoch):
+    """β of ``epoch``: the β-VAE's weight ``kl_weight`` times the warm-up's min(1, epoch / kl_warmup); None where
+    the KL terms are not scaled (the ELBO)."""
+    if not schedule.kl_warmup and schedule.kl_weight == 1:
         return None
-    return torch.tensor(min(1.0, epoch / schedule.kl_warmup), device=device)
+    return schedule.kl_weight * (min(1.0, epoch / schedule.kl_warmup) if schedule.kl_warmup else 1.0)
+
+
+def kl_schedule(schedule, epoch, device):
+    """:func:`kl_weight` for ``epoch`` as a device tensor (None where the KL terms are not scaled)."""
+    weight = kl_weight(schedule, epoch)
+    return None if weight is None else torch.tensor(weight, device=device)
 
 
 def check_once(elbo, args, device):
@@ -88,15 +95,15 @@ def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elb
     docstring), with the evaluation where ``eval_every`` asks for one or the run ends (``last``; default: at
     ``schedule.epochs``); its draws from ``state``'s generator, the true ELBO's outside the training stream."""
     n_obs = data.train.shape[0]
-    is_elbo = schedule.objective == "elbo" and not (kl_scale is not None and epoch < schedule.kl_warmup)
+    is_elbo = schedule.objective == "elbo" and kl_weight(schedule, epoch) in (None, 1.0)
     record = {"epoch": epoch, "elbo": -loss if is_elbo else math.nan,
               "elbo_per_obs": -loss / n_obs if is_elbo else math.nan, "time": state.train_seconds}
     if not is_elbo or kl_scale is not None:
         record["objective"] = -loss
     if kl_scale is not None:
-        record["kl_scale"] = min(1.0, epoch / schedule.kl_warmup)
+        record["kl_scale"] = kl_weight(schedule, epoch)
     if epoch % schedule.eval_every == 0 or (epoch == schedule.epochs if last is None else last):
-        if schedule.objective != "elbo":
+        if schedule.objective != "elbo" or schedule.kl_weight != 1:  # a warm-up's ELBO waits for its end
             record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
             record["elbo_per_obs"] = record["elbo"] / n_obs
         record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))

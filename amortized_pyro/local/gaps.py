@@ -103,10 +103,11 @@ class GapSettings(Checked):
 def global_draws(guide, settings, generator):
     """(fit, score): the M draws θ_m ~ q(θ) of ``guide`` that q* is fitted on and the S fresh ones that
     every L(q) is scored on (:class:`~amortized_pyro.local.draws.Draws`, keyed from ``generator``); the median of
-    q(θ) once each with ``theta="mean"``; one empty draw each where the model has no global latent site."""
+    q(θ) once each with ``theta="mean"`` or where q(θ) is a point mass; one empty draw each where the model has
+    no global latent site."""
     if not guide.structure.globals:
         fit, score = [{}], [{}]
-    elif settings.theta == "mean":
+    elif settings.theta == "mean" or guide.global_is_point():
         fit, score = [guide.global_mean()], [guide.global_mean()]
     else:
         fit = [guide.global_sample(generator) for _ in range(settings.theta_draws)]
@@ -124,13 +125,15 @@ def summarize(values):
 
 
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
-                    compact=False):
+                    compact=False, coupling=True):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local.estimates`), ``fit`` and
     ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
     [n, size] or None (then q* starts from N(0, I)); ``progress``: a progress bar per phase; ``compact``:
     images leave the optimizations once stopped, where the log joint of some images is theirs alone
-    (:func:`~amortized_pyro.local.optimize.converge`). Returns (the
+    (:func:`~amortized_pyro.local.optimize.converge`); ``coupling=False``: q(θ) is a point mass, so there is
+    no coupling term (no q*_m: the coupling gap and L(q*_m) are None, the approximation gap is against
+    L(q*)). Returns (the
     result dict, q*'s :class:`~amortized_pyro.local.optimize.Optimum`)."""
     rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
     n = x.shape[0]
@@ -142,13 +145,15 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     with bar("q*") as q_bar:
         best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
                         settings.step_samples, compact=compact, chunk=chunk, bar=q_bar)
-    with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
-        per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
-                             settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar)
+    per_theta = best
+    if coupling:
+        with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
+            per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
+                                 settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar)
     scored = score.at("score")
     elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
-    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk).mean(0)
+    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk).mean(0) if coupling else None
     log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk).mean(0)
     log_px_ais = None
     if settings.ais_steps:
@@ -159,7 +164,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
                  "log_px": log_px, "log_px_ais": log_px_ais,
                  "amortization_gap": None if elbo_guide is None else elbo_optimized - elbo_guide,
-                 "coupling_gap": elbo_per_theta - elbo_optimized, "approximation_gap": log_px - elbo_per_theta,
+                 "coupling_gap": elbo_per_theta - elbo_optimized if coupling else None,
+                 "approximation_gap": log_px - (elbo_per_theta if coupling else elbo_optimized),
                  "iwae_minus_ais": None if log_px_ais is None else log_px - log_px_ais}
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
@@ -171,12 +177,13 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
             left = per_image["amortization_gap"]
         refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     result = {name: summarize(values) for name, values in per_image.items()}
-    capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum())
+    capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum()) if coupling else 0
     result.update(settings=asdict(settings), theta_draws=len(fit), score_draws=len(score),
                   optimizer_steps=int(best.steps.max()), capped=capped,
-                  mean_steps={"q*": best.steps.double().mean().item(), "q*_m": per_theta.steps.double().mean().item()},
+                  mean_steps={"q*": best.steps.double().mean().item(),
+                              "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
-                  estimator="fresh score draws",
+                  estimator="fresh score draws", coupling=coupling,
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
                   refine_steps=list(refine_steps), refinement=refined,
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})

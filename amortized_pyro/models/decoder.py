@@ -112,6 +112,7 @@ def without_data_dim(value, event_shape):
 
 
 LIKELIHOODS = ("normal", "bernoulli")
+DECODER_PRIORS = ("normal", "none")
 LOCAL_TERMS = ("minibatch", "all")
 
 
@@ -133,11 +134,15 @@ def kl_scaled(kl_scale):
 class BayesianDecoderModel(LocalModule):
     """The Pyro model ``model(x, idx, kl_scale=None)``: x is a minibatch [B, x_dim], idx its indices [B]
     among N (replicas: [R, B, x_dim] and [R, B], see :func:`data_plate`), kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
-    no parameters: every weight of the decoder is a latent variable."""
+    no parameters: every weight of the decoder is a latent variable. With ``decoder_prior="none"`` the decoder's
+    sites carry no prior (their log-density masked out: a flat prior), so that a point-mass q(θ)
+    (:class:`~amortized_pyro.models.q_theta.DecoderPoint`) makes θ a point estimate and the ELBO a standard VAE's,
+    E_q(z)[log p(x | z, θ)] − KL(q(z) ‖ p(z)), with the same sites, guides and gap machinery."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
-                 likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE):
+                 likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE, decoder_prior="normal"):
         super().__init__()
+        self.decoder_prior = decoder_prior
         self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs
@@ -194,9 +199,11 @@ class BayesianDecoderModel(LocalModule):
         """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
         an outer plate at dim −2 (particles, replicas: batch shape [P, 1]) each tensor is [P, *shape]."""
         theta = {}
-        for name, shape in self.shapes.items():
-            prior = FixedScaleNormal(zero.expand(shape), self.prior_scale).to_event(len(shape))
-            theta[name] = without_data_dim(pyro.sample(name, prior), shape)
+        no_prior = self.decoder_prior == "none"  # the sites' log p(θ) counted as 0
+        with poutine.mask(mask=False) if no_prior else contextlib.nullcontext():
+            for name, shape in self.shapes.items():
+                prior = FixedScaleNormal(zero.expand(shape), self.prior_scale).to_event(len(shape))
+                theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
     def prior_z(self, zero):

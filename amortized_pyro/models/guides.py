@@ -30,7 +30,7 @@ from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerData
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.decoder import LEAKY_SLOPE, data_plate
 from amortized_pyro.models.modules import LocalModule
-from amortized_pyro.models.q_theta import THETA_INIT_SCALE, DecoderPosterior
+from amortized_pyro.models.q_theta import THETA_INIT_SCALE, DecoderPoint, DecoderPosterior
 
 Family = namedtuple("Family", "name label encoder in_studies")
 FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),
@@ -54,8 +54,14 @@ def label(family, width=None, refine_steps=None, refine_grad="straight-through")
 
 
 def config_label(config):
-    """:func:`label` of a run's configuration (a FitConfig)."""
-    return label(config.guide, config.width, config.refine_steps, config.refine_grad)
+    """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
+    point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
+    name = label(config.guide, config.width, config.refine_steps, config.refine_grad)
+    if config.decoder_prior == "none":
+        name += ", point θ"
+    if config.kl_weight != 1:
+        name += ", β=%g" % config.kl_weight
+    return name
 
 
 def display_order(name):
@@ -130,8 +136,10 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
     if FAMILIES[family].encoder and width < 1:
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     every = model.local_terms == "all"
+    point = model.decoder_prior == "none"  # no prior on θ: a point estimate (init_scale unused)
+    q_theta = DecoderPoint(model.shapes) if point else DecoderPosterior(model.shapes, init_scale)
     options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective,
-                   globals=DecoderPosterior(model.shapes, init_scale), annealing=_warmup_scale,
+                   globals=q_theta, annealing=_warmup_scale,
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
                    datapoint_indices=None if every else _minibatch)
     if FAMILIES[family].encoder:

@@ -1,6 +1,7 @@
-"""q(θ): the mean-field Gaussian over every decoder weight and bias that all guides share.
+"""q(θ): the mean-field Gaussian over every decoder weight and bias that all guides share, or a point mass.
 
     q(θ) = Π_j Normal(θ_j | m_j, s_j),   m_j = 0 and s_j = ``init_scale`` at the start (e^-2 in both studies)
+    q(θ) = δ(θ − θ̂)                      the decoder point-estimated (a standard VAE: :class:`DecoderPoint`)
 
 The module owns (m, log s) as plain parameters, ``loc`` and ``log_scale``. Calling it draws θ at
 the model's ``decoder.*`` sample sites; :meth:`DecoderPosterior.sample` is the one sampler of q(θ) outside
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 import pyro
+import pyro.distributions as dist
 
 from amortized_pyro.autoguides.objectives import q_normal
 from amortized_pyro.models.modules import LocalModule
@@ -72,3 +74,43 @@ class DecoderPosterior(LocalModule):
     def mean_scale(self):
         """s̄: the mean of s over every decoder weight and bias (a 0-dim tensor)."""
         return self.scale.detach().mean()
+
+    def is_point(self):
+        """Whether q(θ) is a point mass (every draw the same θ)."""
+        return False
+
+
+class DecoderPoint(DecoderPosterior):
+    """q(θ) = δ(θ − θ̂): the decoder point-estimated, for a model without a prior on θ (``decoder_prior="none"``:
+    log p(θ) = log q(θ) = 0, so the ELBO is a standard VAE's and θ̂ its maximum-likelihood decoder). θ̂ is the
+    flat parameter ``loc``, started as torch.nn.Linear starts its tensors, U(−1/√fan_in, 1/√fan_in), a bias
+    taking the fan-in of the weight before it, from the global stream (all zeros would leave every hidden
+    unit alike for ever). No scale: draws are θ̂ itself, so the gap's θ draws coincide and its coupling gap is
+    zero by construction."""
+
+    def __init__(self, shapes, objective="elbo"):
+        LocalModule.__init__(self)
+        self.objective = objective  # scores nothing here: a point mass has no scale to score as a variance
+        self.shapes = dict(shapes)
+        parts, fan_in = [], 1
+        for shape in self.shapes.values():
+            fan_in = shape[-1] if len(shape) > 1 else fan_in
+            bound = 1 / math.sqrt(fan_in)
+            parts.append(torch.empty(math.prod(shape)).uniform_(-bound, bound))
+        self.loc = nn.Parameter(torch.cat(parts))
+
+    @property
+    def scale(self):
+        return torch.zeros_like(self.loc)
+
+    def forward(self, *args, **kwargs):
+        """θ = θ̂ at the ``decoder.*`` sites (Delta sites: log q = 0); returns site → θ̂."""
+        return {site: pyro.sample(site, dist.Delta(loc, event_dim=len(self.shapes[site])))
+                for site, (loc, _) in self.params().items()}
+
+    def sample(self, generator=None):
+        """θ̂ (every draw of a point mass), site → tensor, detached."""
+        return self.median()
+
+    def is_point(self):
+        return True

@@ -28,21 +28,34 @@ def hit_cap(report):
 
 def theta_count(report):
     """How many θ draws the report's quantities average over."""
-    return 1 if report["settings"]["theta"] == "mean" else report["settings"]["theta_draws"]
+    return report["theta_draws"] if "theta_draws" in report else (
+        1 if report["settings"]["theta"] == "mean" else report["settings"]["theta_draws"])
+
+
+def missing(name, report):
+    """Why the report has no value for ``name``."""
+    if name in ("coupling_gap", "elbo_per_theta") and not report.get("coupling", True):
+        return "n/a (q(θ) is a point mass: no coupling term)"
+    if name in ("log_px_ais", "iwae_minus_ais"):
+        return "n/a (no AIS: --ais-steps 0)"
+    return "n/a (no factor for these images)"
 
 
 def format_gap(report):
     """One gap report as a small table, nats per image, mean ± standard error over the images."""
     settings = report["settings"]
+    point = not report.get("coupling", True)
     lines = ["%s images of %s (%s split), K = %d, theta = %s%s, q* after %d steps" % (
-        report["n_images"], report["run"], report["split"], settings["importance_samples"], settings["theta"],
-        ", M = %d" % settings["theta_draws"] if settings["theta"] == "sample" else "", report["optimizer_steps"]),
+        report["n_images"], report["run"], report["split"], settings["importance_samples"],
+        "the point estimate" if point else settings["theta"],
+        ", M = %d" % settings["theta_draws"] if settings["theta"] == "sample" and not point else "",
+        report["optimizer_steps"]),
         "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
     for name in GAP_QUANTITIES:
         if name not in report:  # a report of an earlier version
             continue
         value = report[name]
-        lines.append("| %s | %s | %s |" % (name, "n/a (no factor for these images)" if value is None else
+        lines.append("| %s | %s | %s |" % (name, missing(name, report) if value is None else
                                             "%.3f" % value["mean"], "" if value is None else "%.3f" % value["stderr"]))
     for row in report["refinement"]:
         lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],

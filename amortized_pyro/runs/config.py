@@ -20,7 +20,7 @@ from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
 from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
-from amortized_pyro.models.decoder import LIKELIHOODS, LOCAL_TERMS
+from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.guides import GUIDES
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE
 from amortized_pyro.settings import Checked, field_error, option
@@ -98,6 +98,11 @@ class FitConfig(Checked):
                               "uses 1/sqrt(2).", low=0, open_low=True)
     prior_scale: float = option(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
                                 low=0, open_low=True)
+    decoder_prior: str = option("normal", "normal: Normal(0, prior-scale²) on every decoder weight and bias, q(θ) "
+                                "mean-field (the Bayesian decoder). none: θ point-estimated with no prior, q(θ) "
+                                "a point mass started at torch's Linear initialisation (a standard VAE, as Cremer et "
+                                "al. 2018 and Pyro's examples/vae): the gap then has no coupling term.",
+                                choices=DECODER_PRIORS)
     z_dim: int = option(64, "Latent dimension.", low=1)
     hidden: int = option(256, "Decoder hidden width H.", low=1)
     init_scale: float = option(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
@@ -138,6 +143,10 @@ class FitConfig(Checked):
                               "cap; the same rule for every N, where fixed epochs are not); 0 = train all --epochs.",
                               low=0)
     stop_gain: float = option(0.1, "... nats per image (with --stop-window).", low=0)
+    kl_weight: float = option(1.0, "β of a β-VAE: the KL terms of every latent site weighted by β (poutine.scale, "
+                              "as the warm-up); β ≠ 1 trains on that objective, which is NOT an ELBO: it is "
+                              "recorded as objective, the ELBO beside it at every evaluation.", low=0,
+                              open_low=True)
     kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)
@@ -159,6 +168,9 @@ class FitConfig(Checked):
             raise InvalidSettings("the meanfield estimator's analytic KL is the true one: it cannot score q as the "
                                   "reference objective does (use estimator = trace with objective = reference)",
                                   ["estimator", "objective"])
+        if self.decoder_prior == "none" and self.estimator == "meanfield":
+            raise InvalidSettings("the meanfield estimator's analytic KL has no form for a point-estimated decoder "
+                                  "(use estimator = trace with decoder_prior = none)", ["estimator", "decoder_prior"])
         return self
 
     @classmethod

@@ -30,7 +30,7 @@ from amortized_pyro.support.devices import resolve_device
 def build(config, n_obs, x_dim, device):
     """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels, on ``device``."""
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
-                                 config.likelihood, config.local_terms)
+                                 config.likelihood, config.local_terms, decoder_prior=config.decoder_prior)
     guide = make_guide(config.guide, model, config.width, config.init_scale, config.encoder_layers, config.qz_init,
                        config.seed, config.refine_steps, config.refine_lr, config.encoder_slope, config.objective,
                        config.refine_grad)

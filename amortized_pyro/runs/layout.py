@@ -11,9 +11,10 @@ GAP_REPORTS = "gap*.json"  # the gap reports a run directory may hold: derived f
 
 
 def slug(text):
-    """``text`` as a file-name part: anything but letters, digits, ``_.-`` becomes ``_``; no leading dot (a
-    dataset given as ``../data/mnist`` must not make a hidden folder)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).lstrip("._").rstrip("_")
+    """``text`` as a file-name part: θ and β spelled out, anything else but letters, digits, ``_.-`` becomes
+    ``_``; no leading dot (a dataset given as ``../data/mnist`` must not make a hidden folder)."""
+    text = str(text).replace("θ", "theta").replace("β", "beta")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip("._").rstrip("_")
 
 
 def stamp():
