@@ -35,7 +35,8 @@ from plain_step import PlainStep  # noqa: E402
 
 from amortized_pyro.autoguides.factors import Encoder, mlp
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step as svi_step
-from amortized_pyro.models.decoder import BayesianDecoderModel, decoder_shapes
+from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.models.networks import decoder_shapes
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.data import load_data
 

@@ -14,7 +14,8 @@ from amortized_pyro.local.ais import ais_log_weights
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.local.gaps import GapSettings, global_draws
-from amortized_pyro.models.decoder import BayesianDecoderModel, decode
+from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.models.networks import decode
 from amortized_pyro.models.guides import make_guide
 
 N, D, Z, H, SIGMA, THETA_SD = 4, 12, 2, 6, 0.3, 0.15

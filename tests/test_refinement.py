@@ -6,7 +6,7 @@ import torch
 from amortized_pyro.local.adam import SmoothAdam
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.local.optimize import refine
-from amortized_pyro.models.decoder import decode
+from amortized_pyro.models.networks import decode
 
 
 def toy(generator_seed=0):

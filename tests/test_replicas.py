@@ -23,12 +23,12 @@ CLOSE = dict(atol=1e-6, rtol=1e-6)
 quiet = dict(progress=False, log=lambda *args: None)
 
 
-def assert_same_run(a, b):
+def assert_same_run(a, b, close=CLOSE):
     """Two FitResults: the same parameters and the same records (ELBO and MSEs), to float rounding."""
     pa, pb = a.guide.state_dict(), b.guide.state_dict()
     assert pa.keys() == pb.keys()
     for name in pa:
-        torch.testing.assert_close(pa[name], pb[name], **CLOSE)
+        torch.testing.assert_close(pa[name], pb[name], **close)
     assert len(a.history) == len(b.history)
     for ra, rb in zip(a.history, b.history):
         assert ra.keys() == rb.keys()
@@ -40,7 +40,9 @@ def assert_same_run(a, b):
 SETTINGS = {"A-VI, shuffled minibatches": dict(guide="amortized"),
             "F-VI, random start, AdamW": dict(guide="per-datapoint", qz_init="random", weight_decay=0.01),
             "constant-VI, the studies' objective, all z terms, blocks, warm-up":
-                dict(guide="shared", objective="reference", local_terms="all", batch_order="blocks", kl_warmup=3)}
+                dict(guide="shared", objective="reference", local_terms="all", batch_order="blocks", kl_warmup=3),
+            "A-VI, conv decoder and encoder, β-VAE": dict(guide="amortized", decoder="conv", encoder="conv",
+                                                         kl_weight=0.5)}
 
 
 @pytest.mark.parametrize("settings", SETTINGS.values(), ids=list(SETTINGS))
@@ -48,8 +50,10 @@ def test_each_replica_is_the_single_run_of_its_seed(settings, tiny_data):
     configs = [replace(SMALL, seed=seed, **settings) for seed in (3, 5)]
     packed = fit_pack(configs, tiny_data, **quiet)
     singles = [fit(config, data=tiny_data, **quiet) for config in configs]
+    # a grouped convolution sums in another order than one draw's: rounding a little larger than a matrix product's
+    close = dict(atol=1e-5, rtol=1e-5) if settings.get("decoder") == "conv" else CLOSE
     for one, alone in zip(packed, singles):
-        assert_same_run(one, alone)
+        assert_same_run(one, alone, close)
     # what makes it discriminating: the two seeds' runs are far apart
     apart = packed[0].guide.state_dict()["q_theta.loc"] - singles[1].guide.state_dict()["q_theta.loc"]
     assert apart.abs().max() > 1e-3

@@ -28,6 +28,42 @@ def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):
                            for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
 
 
+def _halved(n):
+    """A convolution's output size along one axis of size n (kernel 4, stride 2, padding 1)."""
+    return (n + 2 - 4) // 2 + 1
+
+
+class ConvBody(nn.Module):
+    """Images as rows x [..., C·H·W] (channel-first) → Conv2d(C, 32, 4, stride 2, padding 1) → LeakyReLU →
+    Conv2d(32, 64, 4, 2, 1) → LeakyReLU → (Linear → LeakyReLU) × ``layers`` of ``width``: features [..., width].
+    H and W need not be multiples of 4 (each convolution floors)."""
+
+    def __init__(self, image_shape, width, layers=1, slope=LEAKY_SLOPE):
+        super().__init__()
+        self.image_shape = tuple(image_shape)
+        channels, height, wide = self.image_shape
+        self.convolutions = nn.Sequential(nn.Conv2d(channels, 32, 4, 2, 1), nn.LeakyReLU(slope),
+                                          nn.Conv2d(32, 64, 4, 2, 1), nn.LeakyReLU(slope))
+        self.head = mlp(64 * _halved(_halved(height)) * _halved(_halved(wide)), width, max(1, layers), slope)
+
+    def forward(self, x):
+        h = self.convolutions(x.reshape((-1,) + self.image_shape))
+        return self.head(h.reshape(x.shape[:-1] + (-1,)))
+
+
+def conv(image_shape, width, layers=1, slope=LEAKY_SLOPE):
+    """:class:`ConvBody`: a convolutional encoder body for images ``image_shape`` (C, H, W)."""
+    return ConvBody(image_shape, width, layers, slope)
+
+
+def flat_mlp(image_shape, width, layers, slope=LEAKY_SLOPE):
+    """:func:`mlp` on the flattened image: C·H·W → width → … → width."""
+    return mlp(math.prod(image_shape), width, layers, slope)
+
+
+ENCODERS = {"mlp": flat_mlp, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope) → module
+
+
 class Encoder(nn.Module):
     """data → ``body`` → features [B, F] → (loc, scale) heads of size ``size``, scale = exp(log-scale head),
     the log-scale head's bias shifted by log ``init_scale`` (1: torch's default initialization, unshifted)."""

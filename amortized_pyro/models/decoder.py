@@ -5,7 +5,8 @@
     x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})    likelihood "normal" (pixels in [0, 1])
     x_n ~ Bernoulli(sigmoid(Ω(z_n; θ)))              likelihood "bernoulli" (binary pixels)
 
-Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2). The local sites live in
+Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2) (``decoder="mlp"``), or a
+convolutional net (``decoder="conv"``): :mod:`amortized_pyro.models.networks`. The local sites live in
 ``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
 minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms counted once. With
 ``local_terms="all"`` (the authors' code) z_1..N sit in an unsubsampled plate ``latents``: every step
@@ -19,16 +20,16 @@ import contextlib
 import math
 
 import torch
-import torch.nn.functional as F
 
 import pyro
 import pyro.distributions as dist
 from pyro import poutine
 
+from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.modules import LocalModule
+from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, hidden
 from amortized_pyro.support.batching import rows_of
 
-LEAKY_SLOPE = 0.2
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
@@ -52,48 +53,6 @@ class FixedScaleNormal(dist.Normal):
             return super().log_prob(value)
         return (value - self.loc).square().mul(-0.5 / self.fixed_scale ** 2).sub(math.log(self.fixed_scale)
                                                                                   + HALF_LOG_2PI)
-
-
-def decoder_shapes(z_dim, hidden, x_dim):
-    """Site name → shape of every decoder weight and bias (torch.nn.Linear's [out, in] convention)."""
-    return {
-        "decoder.w1": (hidden, z_dim),
-        "decoder.b1": (hidden,),
-        "decoder.w2": (hidden, hidden),
-        "decoder.b2": (hidden,),
-        "decoder.w3": (x_dim, hidden),
-        "decoder.b3": (x_dim,),
-    }
-
-
-def _layer(h, weight, bias):
-    """h W^T + b, for weights with or without a leading draw dimension (see :func:`decode`)."""
-    if weight.dim() == 2:
-        return F.linear(h, weight, bias)
-    if weight.dim() == 3 and h.dim() == 4 and h.shape[0] == weight.shape[0] > 1:  # the gap's draws (decode)
-        rows = h.shape[:-1]
-        h = torch.baddbmm(bias.unsqueeze(-2), h.reshape(weight.shape[0], -1, h.shape[-1]), weight.transpose(-1, -2))
-        return h.reshape(rows + (weight.shape[-2],))
-    return torch.matmul(h, weight.transpose(-1, -2)) + bias.unsqueeze(-2)
-
-
-def hidden(z, theta, slope=LEAKY_SLOPE):
-    """The decoder's last hidden layer for latents z (see :func:`decode`)."""
-    h = z
-    for layer in (1, 2):
-        h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), slope)
-    return h
-
-
-def decode(z, theta, slope=LEAKY_SLOPE):
-    """Ω(z; θ): the decoder's mean for latents z [..., B, z_dim] and weights ``theta`` (site → tensor).
-
-    Weights may carry a leading dimension P (particles, the gap's θ draws): [P, H, z_dim] with z [P, B, z_dim]
-    or z [D, P, B, z_dim] (broadcast: SA-VI's one z draw per particle, D = 1), or z [P, S, B, z_dim] (the
-    gap's S z draws per weight draw, P > 1: one matrix product of S·B rows per draw). A z [D, P, B, z_dim]
-    with D = P > 1 would read as the latter: nothing here makes one.
-    """
-    return _layer(hidden(z, theta, slope), theta["decoder.w3"], theta["decoder.b3"])
 
 
 GRAM = ("gram.WtW", "gram.Wt(x-b)", "gram.|x-b|2")
@@ -140,15 +99,23 @@ class BayesianDecoderModel(LocalModule):
     E_q(z)[log p(x | z, θ)] − KL(q(z) ‖ p(z)), with the same sites, guides and gap machinery."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
-                 likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE, decoder_prior="normal"):
+                 likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE, decoder_prior="normal",
+                 decoder="mlp", image_shape=None):
         super().__init__()
         self.decoder_prior = decoder_prior
+        side = round(math.sqrt(x_dim))
+        square = (1, side, side) if side * side == x_dim else (1, 1, x_dim)  # a row of x_dim values where not square
+        self.image_shape = tuple(image_shape) if image_shape is not None else square
+        if math.prod(self.image_shape) != x_dim:
+            raise AmortizedPyroError("images of shape %s have %d pixels, not x_dim = %d"
+                                     % ("×".join(map(str, self.image_shape)), math.prod(self.image_shape), x_dim))
+        self.network = DECODERS[decoder](z_dim, hidden, self.image_shape)  # Ω(z; θ): networks.DECODERS
         self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs
         self.x_dim = x_dim
         self.z_dim = z_dim
-        self.shapes = decoder_shapes(z_dim, hidden, x_dim)
+        self.shapes = self.network.shapes
         self.prior_scale = prior_scale
         self.obs_scale = obs_scale
         self.likelihood = likelihood
@@ -164,7 +131,7 @@ class BayesianDecoderModel(LocalModule):
         terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
         prior = -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI  # log N(z; 0, I) in closed form
         if GRAM[0] not in theta:
-            return self.observation(decode(z, theta, self.slope)).log_prob(x) + prior
+            return self.observation(self.network(z, theta, self.slope)).log_prob(x) + prior
         # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
         h = hidden(z, theta, self.slope)  # [M, S, n, H]
         gram, linear, offset = (theta[name] for name in GRAM)  # [M, H, H], [M, n, H], [M, n]
@@ -180,7 +147,7 @@ class BayesianDecoderModel(LocalModule):
         speed: the last layer is 72% of the decoder's arithmetic at the reference size, and the gap's θ and x
         stay fixed for thousands of steps (BENCHMARKS.md)."""
         values = draws.values
-        if self.likelihood != "normal" or not values:
+        if self.likelihood != "normal" or not values or not self.network.linear_head:
             return draws
         weight, bias = values["decoder.w3"], values["decoder.b3"]  # [M, x_dim, H], [M, x_dim]
         residual = x - bias.unsqueeze(1)  # [M, n, x_dim]
@@ -193,7 +160,7 @@ class BayesianDecoderModel(LocalModule):
 
     def mean_image(self, z, theta):
         """E[x | z, θ] for latents z and weights θ: the image the decoder makes of z."""
-        return self.observation_mean(decode(z, theta, self.slope))
+        return self.observation_mean(self.network(z, theta, self.slope))
 
     def sample_decoder(self, zero):
         """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
@@ -222,4 +189,4 @@ class BayesianDecoderModel(LocalModule):
             if self.local_terms != "all":
                 with kl_scaled(kl_scale):
                     z = pyro.sample("z", prior_z)
-            pyro.sample("x", self.observation(decode(z, theta, self.slope)), obs=x)
+            pyro.sample("x", self.observation(self.network(z, theta, self.slope)), obs=x)

@@ -25,10 +25,11 @@ import torch
 
 import pyro
 
-from amortized_pyro.autoguides.factors import mlp
+from amortized_pyro.autoguides.factors import ENCODERS
 from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal)
 from amortized_pyro.errors import AmortizedPyroError
-from amortized_pyro.models.decoder import LEAKY_SLOPE, data_plate
+from amortized_pyro.models.decoder import data_plate
+from amortized_pyro.models.networks import LEAKY_SLOPE
 from amortized_pyro.models.modules import LocalModule
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE, DecoderPoint, DecoderPosterior
 
@@ -57,6 +58,9 @@ def config_label(config):
     """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
     point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
     name = label(config.guide, config.width, config.refine_steps, config.refine_grad)
+    if config.decoder == "conv" or config.encoder == "conv":
+        name += ", conv %s" % ("decoder and encoder" if config.decoder == config.encoder else
+                               "decoder" if config.decoder == "conv" else "encoder")
     if config.decoder_prior == "none":
         name += ", point θ"
     if config.kl_weight != 1:
@@ -123,13 +127,14 @@ def _every_image(x, idx, kl_scale=None, x_all=None):
 
 def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
-               refine_grad="straight-through"):
+               refine_grad="straight-through", encoder="mlp"):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
     :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
     ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
     (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``,
     ``refine_lr`` and ``refine_grad`` SA-VI's refinement (with the model's hand-written local log joint),
-    ``objective`` how q is scored. A FitConfig checks these values before a run; here only what would
+    ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
+    ``mlp`` or ``conv``, on the model's ``image_shape``). A FitConfig checks these values before a run; here only what would
     otherwise fail obscurely is refused."""
     if family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
@@ -143,7 +148,7 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
                    datapoint_indices=None if every else _minibatch)
     if FAMILIES[family].encoder:
-        options.update(encoder=mlp(model.x_dim, width, encoder_layers, encoder_slope),
+        options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope),
                        encoder_input=_every_image if every else _minibatch_images)
     else:
         options.update(init=qz_init, seed=seed)

@@ -83,8 +83,9 @@ class DecoderPosterior(LocalModule):
 class DecoderPoint(DecoderPosterior):
     """q(θ) = δ(θ − θ̂): the decoder point-estimated, for a model without a prior on θ (``decoder_prior="none"``:
     log p(θ) = log q(θ) = 0, so the ELBO is a standard VAE's and θ̂ its maximum-likelihood decoder). θ̂ is the
-    flat parameter ``loc``, started as torch.nn.Linear starts its tensors, U(−1/√fan_in, 1/√fan_in), a bias
-    taking the fan-in of the weight before it, from the global stream (all zeros would leave every hidden
+    flat parameter ``loc``, started as torch.nn.Linear (and ConvTranspose2d) start their tensors,
+    U(−1/√fan_in, 1/√fan_in) with torch's fan-in (dimension 1 times the kernel's size), a bias taking the fan-in
+    of the weight before it, from the global stream (all zeros would leave every hidden
     unit alike for ever). No scale: draws are θ̂ itself, so the gap's θ draws coincide and its coupling gap is
     zero by construction."""
 
@@ -94,7 +95,7 @@ class DecoderPoint(DecoderPosterior):
         self.shapes = dict(shapes)
         parts, fan_in = [], 1
         for shape in self.shapes.values():
-            fan_in = shape[-1] if len(shape) > 1 else fan_in
+            fan_in = shape[1] * math.prod(shape[2:]) if len(shape) > 1 else fan_in  # torch's fan-in rule
             bound = 1 / math.sqrt(fan_in)
             parts.append(torch.empty(math.prod(shape)).uniform_(-bound, bound))
         self.loc = nn.Parameter(torch.cat(parts))

@@ -16,11 +16,12 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
+from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS, REFINE_GRADS
 from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
+from amortized_pyro.models.networks import DECODERS
 from amortized_pyro.models.guides import GUIDES
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE
 from amortized_pyro.settings import Checked, field_error, option
@@ -98,6 +99,13 @@ class FitConfig(Checked):
                               "uses 1/sqrt(2).", low=0, open_low=True)
     prior_scale: float = option(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
                                 low=0, open_low=True)
+    decoder: str = option("mlp", "The decoder Ω(z; θ), every weight and bias a latent site: mlp (z → H → H → "
+                          "pixels) or conv (a linear layer to H/4 channels on a quarter-size grid, then two "
+                          "transposed convolutions, kernel 4, stride 2, through H/8 channels to the image; "
+                          "height and width multiples of 4).", choices=tuple(DECODERS))
+    encoder: str = option("mlp", "The encoder's body (A-VI, SA-VI): mlp (the flattened image through "
+                          "--encoder-layers layers of width k) or conv (two convolutions, 32 and 64 channels, "
+                          "kernel 4, stride 2, then --encoder-layers layers of width k).", choices=tuple(ENCODERS))
     decoder_prior: str = option("normal", "normal: Normal(0, prior-scale²) on every decoder weight and bias, q(θ) "
                                 "mean-field (the Bayesian decoder). none: θ point-estimated with no prior, q(θ) "
                                 "a point mass started at torch's Linear initialisation (a standard VAE, as Cremer et "

@@ -27,13 +27,15 @@ from amortized_pyro.runs.store import (RunWriter, ms_per_epoch, read_checkpoint,
 from amortized_pyro.support.devices import resolve_device
 
 
-def build(config, n_obs, x_dim, device):
-    """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels, on ``device``."""
+def build(config, n_obs, x_dim, device, image_shape=None):
+    """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels (of ``image_shape``
+    (C, H, W); None: one channel, square), on ``device``."""
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
-                                 config.likelihood, config.local_terms, decoder_prior=config.decoder_prior)
+                                 config.likelihood, config.local_terms, decoder_prior=config.decoder_prior,
+                                 decoder=config.decoder, image_shape=image_shape)
     guide = make_guide(config.guide, model, config.width, config.init_scale, config.encoder_layers, config.qz_init,
                        config.seed, config.refine_steps, config.refine_lr, config.encoder_slope, config.objective,
-                       config.refine_grad)
+                       config.refine_grad, config.encoder)
     return model.to(device), guide.to(device)
 
 
@@ -216,7 +218,7 @@ def start(config, data, device, writer, checkpoint):
     """The model, guide and training state of a run on ``data`` (on ``device``), restored from ``checkpoint``
     where given, else written as its first checkpoint where there is a ``writer``."""
     n_obs, x_dim = data.train.shape
-    model, guide = build(config, n_obs, x_dim, device)
+    model, guide = build(config, n_obs, x_dim, device, data.shape)
     state = TrainingState(guide, config, device)
     if checkpoint:
         restore(checkpoint, guide, state, config, device)
@@ -282,7 +284,8 @@ def load_run(path, device="cpu", data=None):
     if data is not None:
         run_data(path, info, config, data)
     with torch.random.fork_rng(devices=[]):  # the encoder's initialisation, overwritten at once, draws nothing
-        model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device)
+        model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device,
+                             info["data"].get("image_shape"))  # runs of earlier versions: square, one channel
     guide.load_state_dict(guide_state)
     train_seconds = history[-1]["time"] if history else 0.0
     return FitResult(config, history, model, guide, info["data"]["source"], str(device), train_seconds,
