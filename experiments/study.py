@@ -172,6 +172,7 @@ def runs_of(*labels, seeds=SEEDS, folder=INFORMATIVE, file="summary.json"):
 
 
 GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
+ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # experiments/architectures.sh's
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
     ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
@@ -245,6 +246,14 @@ STUDIES = {study.name: study for study in (
           ("runs/converged/runs/*/*/gap-*.json",),
           needs=(Need("informative", runs_of("F-VI", "A-VI_k_64"),
                       "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),
+    Study("architectures", "the gap across decoders: {MLP, conv} × {Bayesian, standard VAE}, A-VI k = 64 and F-VI",
+          "figures/architectures", "runs/architectures",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
+                               + ("--out", "figures/architectures", "--title", "Decoders"))]
+          + [step for cell in ARCHITECTURE_CELLS for step in comparison_copies(
+              "runs/architectures/%s" % cell, "figures/architectures/%s" % cell)],
+          ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",
           lambda ctx: [Command(("python", "experiments/cap_check.py", ctx.one(run) + "/gap-test.json",
