@@ -76,6 +76,17 @@ def test_idx_folder_with_train_and_test_files(tmp_path, compress):
     assert data.train.shape == (150, 784) and data.test.shape == (80, 784)
 
 
+def test_an_idx_folder_with_the_test_file_alone_is_one_pool_cut_in_two(tmp_path):
+    """As ../shared/data/mnist holds MNIST: t10k-images only, its images cut into disjoint subsets."""
+    images = sample_images(300)
+    write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", images, compress=True)
+    data = load_data(str(tmp_path), n_obs=200, n_test=50, **quiet)
+    assert data.train.shape == (200, 784) and data.test.shape == (50, 784) and data.shape == (1, 28, 28)
+    pool = {tuple(r) for r in (images.reshape(300, -1) / 255.0).astype(np.float32).tolist()}
+    rows = [tuple(r) for r in torch.cat([data.train, data.test]).tolist()]
+    assert set(rows) <= pool and len(set(rows)) == 250
+
+
 def test_real_mnist_idx_from_shared_if_present():
     """The published file, where this checkout has ../shared beside it (skipped for a plain clone)."""
     from pathlib import Path

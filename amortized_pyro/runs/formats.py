@@ -107,7 +107,7 @@ def read_idx_folder(folder):
     if train is None and test is None:
         raise AmortizedPyroError("no IDX image files (train-images-idx3-ubyte[.gz], t10k-images-idx3-ubyte[.gz]) in %s"
                                  % folder)
-    return joined(train, test, folder)
+    return joined(train, test, folder) if train is not None else joined(test, None, folder)
 
 
 class ArraysOnly(pickle.Unpickler):
