@@ -1,5 +1,6 @@
-"""The exceptions the package raises for the user. Their messages speak of the run, never of command-line
-syntax: the CLI prints each as one line and adds how to go on there (:func:`amortized_pyro.cli.commands.hint`)."""
+"""The exceptions the package raises for the user. Where a message tells what to change it names the option as
+the command line spells it (``--allow-sample``; the same word, underscored, is the Python keyword); the CLI
+prints each as one line and adds how to go on there (:func:`amortized_pyro.cli.common.hint`)."""
 import signal
 
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from amortized_pyro.gap.measure import theta_draws
+from amortized_pyro.gap.measure import draws_of_theta
 from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import refine
@@ -29,7 +29,7 @@ def main():
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
     model, guide, x = result.model, result.guide, data.test[:args.images]
     settings = GapSettings(theta_draws=args.theta_draws)
-    fit, _ = theta_draws(model, guide, x, settings, 0)
+    fit, _ = draws_of_theta(model, guide, x, settings, 0)
     steps = [int(k) for k in args.steps.split(",")]
 
     def encoder():

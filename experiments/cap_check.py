@@ -5,9 +5,10 @@ is the Monte Carlo noise of the estimates alone; absent for F-VI's test images),
     python experiments/cap_check.py RUN/gap-test.json runs/cap-check/NAME.json
 """
 import json
-import math
-import statistics
 import sys
+
+from amortized_pyro.report.tables import plus_minus
+from amortized_pyro.study.results import mean_stderr
 
 KEYS = ("elbo_guide", "elbo_optimized", "elbo_per_theta")
 
@@ -22,8 +23,8 @@ def main(first, second):
         if a["per_image"][key] is None:
             continue
         d = [y - x for x, y in zip(a["per_image"][key], b["per_image"][key])]
-        print("%-15s second − first: %+.2f ± %.2f nats per image (min %+.2f, max %+.2f, %d images)"
-              % (key, statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), min(d), max(d), len(d)))
+        print("%-15s second − first: %s nats per image (min %+.2f, max %+.2f, %d images)"
+              % (key, plus_minus(mean_stderr(d), "%+.2f"), min(d), max(d), len(d)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ between the N, as the runs recorded it (trained epochs, data source, settings).
 import argparse
 import json
 import math
-import statistics
 import textwrap
 from pathlib import Path
 
@@ -30,7 +29,8 @@ from matplotlib.patches import Patch
 from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.style import save_figure, subplots
-from amortized_pyro.report.tables import format_reports, hit_cap
+from amortized_pyro.report.tables import format_reports, hit_cap, plus_minus
+from amortized_pyro.study.results import mean_stderr
 from amortized_pyro.runs.store import load_history, read_info
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
@@ -54,9 +54,8 @@ def collect(folders, by_n):
 
 
 def pm(values, fmt="%.1f"):
-    if len(values) < 2:
-        return fmt % values[0]
-    return (fmt + " ± " + fmt) % (statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)))
+    """The values' mean ± standard error (the mean alone for one value)."""
+    return plus_minus(mean_stderr(values), fmt)
 
 
 def training_table(runs):

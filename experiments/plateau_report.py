@@ -9,13 +9,12 @@ plug-in MSE is below 0.9 × the mean image's, s̄ there, at its smallest and at 
 mean ± standard error over seeds), plateau.png (:func:`figure`) and results.jsonl (the merged table).
 """
 import argparse
-import math
-import statistics
 from pathlib import Path
 
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
-from amortized_pyro.study.results import Results, leaves_plateau
+from amortized_pyro.report.tables import plus_minus
+from amortized_pyro.study.results import Results, leaves_plateau, mean_stderr
 
 FRACTION = 0.9
 STYLES = ("-", "--", ":", "-.")  # a line style per study (objective)
@@ -71,8 +70,7 @@ def pm(values, fmt):
     values = [v for v in values if v is not None]
     if not values:
         return "never"
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return (fmt + " ± " + fmt + " (%d)") % (statistics.fmean(values), se, len(values))
+    return "%s (%d)" % (plus_minus(mean_stderr(values), fmt), len(values))
 
 
 def main():

@@ -7,12 +7,12 @@ Where a layer's weights stay wide, each draw θ_m is a different function of z, 
 pays for it: the coupling gap (docs/results.md, "The gap where z carries information").
 """
 import argparse
-import math
-import statistics
 from collections import defaultdict
 
 from amortized_pyro.models.guides import config_label, display_order
+from amortized_pyro.report.tables import plus_minus
 from amortized_pyro.runs.fit import load_run
+from amortized_pyro.study.results import mean_stderr
 
 
 def main():
@@ -33,8 +33,7 @@ def main():
         cells = []
         for site in sites:
             values = [run[site] for run in runs]
-            spread = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-            cells.append("%.4f ± %.4f" % (statistics.fmean(values), spread))
+            cells.append(plus_minus(mean_stderr(values), "%.4f"))
         print("| %s | %d | %s |" % (label, len(runs), " | ".join(cells)))
 
 

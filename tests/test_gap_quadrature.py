@@ -144,3 +144,5 @@ def test_three_gaps_match_quadrature_with_theta_sampled(toy):
                       for q, t in zip(per_theta, fit_thetas)])
     assert ((got["log_px"] - exact["log_px"]).abs() < 4 * iwae_se + 0.01).all()
     assert ((got["log_px_ais"] - exact["log_px"]).abs() < 4 * ais_se + 0.01).all()
+    assert ((got["approximation_gap"] - approximation).abs() < 4 * torch.hypot(iwae_se, se["elbo_per_theta"])
+            + OPT + 0.01).all()

@@ -69,14 +69,13 @@ def test_a_killed_worker_is_retried_and_its_run_resumes_from_its_checkpoint(loca
     finished = []
     thread = threading.Thread(target=lambda: finished.append(compare(out=out, executor="ray", **grid)))
     thread.start()
-    deadline = time.time() + 120
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 10):
-        assert time.time() < deadline and thread.is_alive()
+        assert thread.is_alive()
         time.sleep(0.01)
     worker = grid_worker()
     assert worker is not None
     os.kill(worker.pid, signal.SIGKILL)
-    thread.join(timeout=180)
+    thread.join()
     assert finished, "the grid did not finish after its worker was killed"
     assert table(finished[0]) == table(whole)
     resumes = json.loads((metrics.parent / "config.json").read_text())["resumes"]

@@ -53,16 +53,15 @@ def test_a_lost_node_loses_no_run(cluster, tmp_path):
         compare(out=out, executor="ray", ray_options=dict(address=cluster.address), **GRID)))
     started = time.time()
     thread.start()
-    deadline = time.time() + 240
     # three runs on three one-CPU nodes: once every run has checkpointed 8 epochs of 100, a node is lost mid-run
     while not all((run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 8
                   for run in runs):
-        assert time.time() < deadline and thread.is_alive(), "the grid did not start on the cluster"
+        assert thread.is_alive(), "the grid did not start on the cluster"
         time.sleep(0.05)
     print("every run at epoch 8 after %.1f s" % (time.time() - started))
     lost = time.time()
     cluster.remove_node(workers[0], allow_graceful=False)
-    thread.join(timeout=300)
+    thread.join()
     print("grid finished %.1f s after the node was lost" % (time.time() - lost))
     assert finished, "the grid did not finish after a node was lost"
     assert table(finished[0]) == table(local)

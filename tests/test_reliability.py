@@ -33,8 +33,7 @@ def start(out, *extra):
 
 
 def finish(*args):
-    done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", *args], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -44,11 +43,11 @@ def epochs_written(out):
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def wait_for_epochs(process, out, count, timeout=120):
-    deadline = time.time() + timeout
+def wait_for_epochs(process, out, count):
+    """Until the run has written ``count`` epochs, however slow the machine (no deadline: a test must not fail
+    because the machine is busy)."""
     while epochs_written(out) < count:
         assert process.poll() is None, "the run ended before it could be stopped: %s" % process.stderr.read()
-        assert time.time() < deadline
         time.sleep(0.01)
 
 
@@ -99,7 +98,7 @@ def test_a_signal_checkpoints_says_how_to_resume_and_exits_128_plus_signal(unint
     process = start(out)
     wait_for_epochs(process, out, 8)
     process.send_signal(signum)
-    assert process.wait(timeout=60) == code
+    assert process.wait() == code
     lines = [line for line in process.stderr.read().splitlines() if line.strip()]
     assert lines[-1].startswith("Error: interrupted by %s" % signal.Signals(signum).name)
     assert "--resume %s" % out in lines[-1] and "Traceback" not in "".join(lines)

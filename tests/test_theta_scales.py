@@ -20,4 +20,5 @@ def test_theta_scales_reads_each_layers_scale(tmp_path):
     assert len(row) == 1, out
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert cells[1] == "1" and len(cells) == 5  # configuration, seeds, w1, w2, w3
-    assert cells[2].startswith("%.4f ±" % w1.mean().item()) and cells[3].startswith("%.4f ±" % w2.mean().item())
+    # one run: its mean, no spread to show
+    assert cells[2] == "%.4f" % w1.mean().item() and cells[3] == "%.4f" % w2.mean().item()

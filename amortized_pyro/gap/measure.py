@@ -34,7 +34,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
     ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
-    fit, score = theta_draws(model, guide, x, settings, seed)
+    fit, score = draws_of_theta(model, guide, x, settings, seed)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
                                    progress, compact=True, coupling=not guide.global_is_point())
@@ -45,7 +45,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     return result
 
 
-def theta_draws(model, guide, x, settings, seed=None):
+def draws_of_theta(model, guide, x, settings, seed=None):
     """(fit, score): the draws of θ that :func:`measure` fits and scores on for images ``x`` and ``seed``."""
     generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
     return tuple(model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
@@ -58,7 +58,7 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
     numbers (another encoder on a run's frozen q(θ), say), and the same after each of ``refine_steps`` Adam
     steps from it (the report's refinement rows): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
     settings = (settings or GapSettings()).check()
-    fit, score = theta_draws(model, guide, x, settings, seed)
+    fit, score = draws_of_theta(model, guide, x, settings, seed)
     scored, chunk = score.at("score"), settings.chunk
     loc, scale = factor(guide, x, idx, fit.at("guide"))
     elbos, seconds = {"guide": local_elbo(model.local_log_joint, x, loc, scale, scored, settings.samples, chunk)}, {}

@@ -13,9 +13,16 @@ GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "l
                   "coupling_gap", "approximation_gap", "iwae_minus_ais")
 
 
-def plus_minus(value):
-    """A {"mean", "stderr"} summary as "mean ± s.e." (one decimal), or n/a where missing."""
-    return "n/a" if value is None else "%.1f ± %.1f" % (value["mean"], value["stderr"])
+def plus_minus(value, fmt="%.1f"):
+    """A {"mean", "stderr"} summary, or a (mean, s.e.) pair, as "mean ± s.e." in ``fmt``: n/a where missing
+    (None, or a NaN mean), the mean alone where the standard error is NaN (one value); a sign flag in ``fmt``
+    (``%+.2f``) signs the mean only."""
+    if value is None:
+        return "n/a"
+    mean, stderr = (value["mean"], value["stderr"]) if isinstance(value, dict) else value
+    if math.isnan(mean):
+        return "n/a"
+    return fmt % mean if math.isnan(stderr) else "%s ± %s" % (fmt % mean, fmt.replace("+", "") % stderr)
 
 
 def hit_cap(report):
@@ -133,11 +140,6 @@ def format_reports(reports):
 def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
     """The summary as a Markdown table (mean ± standard error over seeds; one seed: no ±), with the mean
     image's MSE and the runs that failed under it."""
-    def pm(pair, fmt):
-        if math.isnan(pair[0]):
-            return "n/a"
-        return fmt % pair[0] if math.isnan(pair[1]) else (fmt + " ± " + fmt) % pair
-
     def num(value, fmt):
         return "n/a" if math.isnan(value) else fmt % value
 
@@ -147,13 +149,13 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
              % fraction,
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
-        reached = ("%s (%d/%d seeds)" % (pm(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
+        reached = ("%s (%d/%d seeds)" % (plus_minus(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
                                          r["seeds"]) if r["seeds_leaving"] else "not reached")
         lines.append("| %s |" % " | ".join([
-            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), pm(r["elbo_per_obs"], "%.2f"),
+            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), plus_minus(r["elbo_per_obs"], "%.2f"),
             num(r["gap_to_fvi"], "%.2f"), num(r["gap_to_fvi_percent"], "%.2f")]
-            + [pm(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
-            + [num(r["mse_ratio"], "%.2f"), r["uses_z"], pm(r["ms_per_epoch"], "%.0f"), reached]))
+            + [plus_minus(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
+            + [num(r["mse_ratio"], "%.2f"), r["uses_z"], plus_minus(r["ms_per_epoch"], "%.0f"), reached]))
     notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
     for dataset, b in sorted(notes.items()):
         lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."

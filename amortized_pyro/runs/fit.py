@@ -9,7 +9,6 @@ their own.
 """
 import math
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import torch
 
@@ -22,8 +21,8 @@ from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import FAMILIES, make_guide
 from amortized_pyro.runs.config import FitConfig, parse_every
 from amortized_pyro.runs.data import load_data
-from amortized_pyro.runs.store import (RunWriter, ms_per_epoch, read_checkpoint, read_info, read_run, restore,
-                                       run_status)
+from amortized_pyro.runs.store import (RunWriter, ms_per_epoch, read_checkpoint, read_info, read_run, reopen,
+                                       restore, run_status)
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -188,7 +187,7 @@ def resume(path, data=None, progress=True, log=print, **changes):
             log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
             return load_run(path)
         log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], changes["epochs"]))
-        (Path(path) / "summary.json").unlink()  # a run being extended is not finished; its checkpoint goes on
+        reopen(path)
         status = run_status(path)
     if status != "partial":
         raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))

@@ -15,7 +15,7 @@ from amortized_pyro.runs.config import FitConfig
 from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data,
                                      seed_run, start, stopped)
 from amortized_pyro.runs.layout import PACK_RUNS, pack_run_dir
-from amortized_pyro.runs.store import read_checkpoint, read_info, run_status
+from amortized_pyro.runs.store import read_checkpoint, read_info, reopen, run_status
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -85,7 +85,7 @@ def resume_pack(path, data=None, progress=True, log=print, **changes):
     configs = [replace(FitConfig(**read_info(d)["config"]), **changes).check() for d in run_dirs]
     for run_dir, config in zip(run_dirs, configs):  # finished runs given more epochs are extended, as resume does
         if run_status(run_dir) == "finished" and config.epochs > read_info(run_dir)["config"]["epochs"]:
-            (run_dir / "summary.json").unlink()
+            reopen(run_dir)
     if all(run_status(d) == "finished" for d in run_dirs):
         log("%s: finished runs, nothing to resume (give more --epochs to extend them)" % path)
         return [load_run(d) for d in run_dirs]

@@ -68,6 +68,12 @@ def write_json(path, value):
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n"))  # JSON: no NaN
 
 
+def reopen(path):
+    """Mark a finished run unfinished (its summary.json removed) so that more epochs extend it from its
+    checkpoint, which a finished run keeps."""
+    (Path(path) / "summary.json").unlink()
+
+
 def run_status(path):
     """"finished" (summary.json), "partial" (a checkpoint to resume from), "started" (run files, no
     checkpoint yet), or "empty" (no run files, or no directory)."""
