@@ -1,7 +1,7 @@
 """Settings dataclasses whose fields carry their own rules: help text, range or choices, a parser.
 
 :class:`~amortized_pyro.runs.config.FitConfig` (what defines a run) and :class:`~amortized_pyro.local.gaps.GapSettings`
-(what defines a gap measurement) are both made of :func:`option` fields; :class:`Checked` applies the rules
+(what defines a gap measurement) are both made of :func:`setting` fields; :class:`Checked` applies the rules
 to values made in Python, and the command line generates its options from the same fields
 (:mod:`amortized_pyro.cli.options`), so both speak the same rules.
 """
@@ -12,7 +12,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # what torch's float32 tensors hold
 INT64_MAX = 2 ** 63 - 1
 
 
-def option(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
+def setting(default, help, low=None, open_low=False, high=None, open_high=False, choices=None, grid=False,
            parse=None, result=True):
     """A field with what its command-line option needs: help, range (low/high, open or closed), choices or
     a ``parse`` function that raises ValueError on bad text; ``grid`` marks the fields that ``compare``
@@ -49,7 +49,7 @@ def field_error(f, value):
 
 
 class Checked:
-    """Mixin for a dataclass of :func:`option` fields: :meth:`check` raises the first rule broken."""
+    """Mixin for a dataclass of :func:`setting` fields: :meth:`check` raises the first rule broken."""
 
     def check(self):
         """Every field within its range or choices (the command line's own rules); returns self."""

@@ -51,7 +51,7 @@ class AutoLocalGuide(AutoGuide):
         (mean-field Normal, AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a module of one's own
         that draws every global site when called with the model's arguments and returns site → value, and
         has ``median()`` (site → value) and ``sample(generator)`` (one draw, site → value, detached): the
-        package's flat-vector q(θ) (:class:`~amortized_pyro.models.q_theta.DecoderPosterior`) is one.
+        package's flat-vector q(θ) (:class:`~amortized_pyro.models.q_theta.QThetaNormal`) is one.
     :param str objective: how the guide's draws are scored: ``"elbo"`` (their density: the ELBO) or
         ``"reference"`` (as the reference studies' code does, standard deviations scored as variances: not an
         ELBO; see :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`); the global part scores its own draws

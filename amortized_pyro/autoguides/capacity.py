@@ -24,7 +24,7 @@ from amortized_pyro.autoguides.families import AutoAmortizedNormal
 from amortized_pyro.autoguides.gap import measure_gap
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.local.estimates import log_weights
-from amortized_pyro.settings import Checked, option
+from amortized_pyro.settings import Checked, setting
 from amortized_pyro.support.streams import outside_the_stream
 
 
@@ -32,16 +32,16 @@ from amortized_pyro.support.streams import outside_the_stream
 class EncoderTraining(Checked):
     """How each fresh encoder is trained; each field is one option of the ``capacity`` command."""
 
-    encoder_lr: float = option(3e-3, "Adam's first learning rate for the fresh encoders (1e-3 left a fresh k = 64 "
+    encoder_lr: float = setting(3e-3, "Adam's first learning rate for the fresh encoders (1e-3 left a fresh k = 64 "
                                "encoder 14 nats per image short of its run's own on the training images; 3e-3, "
                                "the informative runs' rate, passed it in half the epochs).", low=0, open_low=True)
-    encoder_batch_size: int = option(250, "Training images per step.", low=1)
-    encoder_tolerance: float = option(0.1, "Convergence: the mean local ELBO per image over a window of epochs has "
+    encoder_batch_size: int = setting(250, "Training images per step.", low=1)
+    encoder_tolerance: float = setting(0.1, "Convergence: the mean local ELBO per image over a window of epochs has "
                                       "improved on the window before by less than this many nats ...", low=0)
-    encoder_window: int = option(20, "... windows of this many epochs ...", low=1)
-    lr_halvings: int = option(4, "... and the learning rate has been halved this many times at such windows ...",
+    encoder_window: int = setting(20, "... windows of this many epochs ...", low=1)
+    lr_halvings: int = setting(4, "... and the learning rate has been halved this many times at such windows ...",
                               low=0)
-    max_epochs: int = option(2000, "... or after this many epochs (a cap hit, recorded).", low=1)
+    max_epochs: int = setting(2000, "... or after this many epochs (a cap hit, recorded).", low=1)
 
 
 def until_converged(epoch, optimizer, training, n, target=-math.inf, window_end=None):

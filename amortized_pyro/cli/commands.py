@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, friendly_errors, overwrite_option, stderr_log,
-                                       threads_option, comma_separated)
+from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, comma_separated, friendly_errors, overwrite_option,
+                                       replicas_option, stderr_log, threads_option)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
@@ -53,8 +53,7 @@ def cli(debug):
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None,
               help="Continue the run in this directory from its last checkpoint, with its own config; options "
                    "given on the command line (e.g. a lower --lr) change it.")
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Train seeds --seed … --seed+R−1 as one batched model (a replica dimension on every parameter "
+@replicas_option("Train seeds --seed … --seed+R−1 as one batched model (a replica dimension on every parameter "
                    "and draw), each exactly the run of its seed, on the images of --seed, into OUT/seedS.")
 @overwrite_option
 @threads_option
@@ -151,8 +150,7 @@ def plateau_fraction_option(command):
                    "(as the gap command, with the --gap-* settings; refinement 0/5/20/100 steps); the tables give "
                    "the mean over seeds ± its standard error; 0 = not.")
 @settings_options(GapSettings, progress=False, prefix="gap_", defaults=COMPARE_GAP)
-@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Train each configuration's seeds this many at a time as one batched model (local executor): "
+@replicas_option("Train each configuration's seeds this many at a time as one batched model (local executor): "
                    "each replica is exactly the run of its seed, so the runs and the tables are the same.")
 @threads_option
 @friendly_errors

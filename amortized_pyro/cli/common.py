@@ -84,6 +84,16 @@ def device_option(command):
     return field_option(next(f for f in fields(FitConfig) if f.name == "device"))(command)
 
 
+def replicas_option(help):
+    """``--replicas R`` (at least 1, default 1): seeds trained as one batched model; ``help`` says how here."""
+    return click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help=help)
+
+
+def n_images_option(default, help):
+    """``--n-images N`` (at least 1): how many images a measurement takes; ``help`` says which."""
+    return click.option("--n-images", default=default, show_default=True, type=click.IntRange(min=1), help=help)
+
+
 def stderr_log(line):
     click.echo(line, err=True)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from amortized_pyro.autoguides.capacity import EncoderTraining
-from amortized_pyro.cli.common import (OutPath, device_option, friendly_errors, overwrite_option, stderr_log,
-                                       step_counts, threads_option, comma_separated)
+from amortized_pyro.cli.common import (OutPath, comma_separated, device_option, friendly_errors, n_images_option,
+                                       overwrite_option, stderr_log, step_counts, threads_option)
 from amortized_pyro.cli.options import settings_options
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
@@ -32,8 +32,7 @@ def fresh_encoder_options(command):
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--split", type=click.Choice(["train", "test"]), default="test", show_default=True,
               help="Measure on the run's training images or its held-out ones.")
-@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
-              help="N images of the split, drawn at random by the gap seed (--seed, plus the run's training seed unless --paired).")
+@n_images_option(100, "N images of the split, drawn at random by the gap seed (--seed, plus the run's training seed unless --paired).")
 @settings_options(GapSettings)
 @click.option("--refine-steps", default="", callback=step_counts, help="Comma-separated step counts, e.g. "
               "0,5,20,100: the gap left after that many steps from the guide's factor.")
@@ -82,8 +81,7 @@ def gap_report_command(folder):
               help="Comma-separated numbers of hidden layers.")
 @click.option("--seeds", default="0,1,2", show_default=True, callback=comma_separated(0, required=True),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
-@click.option("--n-images", default=100, show_default=True, type=click.IntRange(min=1),
-              help="The gaps on the first N training and N test images.")
+@n_images_option(100, "The gaps on the first N training and N test images.")
 @fresh_encoder_options
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
@@ -139,8 +137,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
 @click.option("--early-stopping", "early_stopping", default=3, show_default=True, type=click.IntRange(min=0),
               help="Early stopping: windows without a rise of the validation ELBO (a tenth of the training "
                    "images held out) before stopping (0: no early-stopping encoder).")
-@click.option("--n-images", default=20, show_default=True, type=click.IntRange(min=1),
-              help="Images in each measured set (training, training unseen by subset encoders, held-out).")
+@n_images_option(20, "Images in each measured set (training, training unseen by subset encoders, held-out).")
 @click.option("--refine-steps", default="5,20", show_default=True, callback=step_counts,
               help="Comma-separated step counts: the gap left after that many refinement steps (SA-VI at test "
                    "time) from every encoder.")

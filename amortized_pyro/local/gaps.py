@@ -55,7 +55,7 @@ from amortized_pyro.local.ais import ais_log_marginal
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw
 from amortized_pyro.local.optimize import StoppingRule, converge, refine
-from amortized_pyro.settings import Checked, option
+from amortized_pyro.settings import Checked, setting
 
 THETA_MODES = ("sample", "mean")
 
@@ -65,33 +65,33 @@ class GapSettings(Checked):
     """The Monte Carlo budget and q*'s stopping rule; recorded with every result. Each field is one option
     of the ``gap`` command (``theta_draws`` → ``--theta-draws``)."""
 
-    importance_samples: int = option(1000, "Importance samples K per image and θ draw for log p(x_n).", low=1)
-    theta_draws: int = option(8, "Draws M of θ ~ q(θ) that q* is fitted on (with --theta sample).", low=1)
-    score_draws: int = option(32, "Fresh draws S of θ ~ q(θ) that every L(q) of a fitted factor is scored on "
+    importance_samples: int = setting(1000, "Importance samples K per image and θ draw for log p(x_n).", low=1)
+    theta_draws: int = setting(8, "Draws M of θ ~ q(θ) that q* is fitted on (with --theta sample).", low=1)
+    score_draws: int = setting(32, "Fresh draws S of θ ~ q(θ) that every L(q) of a fitted factor is scored on "
                               "(with --theta sample).", low=1)
-    theta: str = option("sample", "sample: draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
-    samples: int = option(100, "z draws per image and θ draw for each local ELBO.", low=1)
-    lr: float = option(5e-2, "Adam's first learning rate for q* and the q*_m (halved on plateaus).", low=0,
+    theta: str = setting("sample", "sample: draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
+    samples: int = setting(100, "z draws per image and θ draw for each local ELBO.", low=1)
+    lr: float = setting(5e-2, "Adam's first learning rate for q* and the q*_m (halved on plateaus).", low=0,
                        open_low=True)
-    refine_lr: float = option(1e-2, "Adam's learning rate of the refinement rows' steps.", low=0, open_low=True)
-    step_samples: int = option(8, "z draws per image (and θ draw) in each optimization step.", low=1)
-    window: int = option(100, "Stopping rule for q* and the q*_m, per image (and θ draw): windows of this many "
+    refine_lr: float = setting(1e-2, "Adam's learning rate of the refinement rows' steps.", low=0, open_low=True)
+    step_samples: int = setting(8, "z draws per image (and θ draw) in each optimization step.", low=1)
+    window: int = setting(100, "Stopping rule for q* and the q*_m, per image (and θ draw): windows of this many "
                          "steps ...", low=1)
-    patience: int = option(3, "... stop after this many windows without a rise (Cremer et al.: 10, with "
+    patience: int = setting(3, "... stop after this many windows without a rise (Cremer et al.: 10, with "
                            "--tolerance 0) ...", low=1)
-    tolerance: float = option(0.05, "... a rise: the window's mean objective more than this many nats above "
+    tolerance: float = setting(0.05, "... a rise: the window's mean objective more than this many nats above "
                               "its level at the last rise ...", low=0)
-    max_steps: int = option(2000, "... or after this many steps.", low=1)
-    decay_patience: int = option(2, "Halve a row's learning rate after this many windows and one more without "
+    max_steps: int = setting(2000, "... or after this many steps.", low=1)
+    decay_patience: int = setting(2, "Halve a row's learning rate after this many windows and one more without "
                                  "a rise.", low=0)
-    ais_steps: int = option(1000, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
-    ais_chains: int = option(8, "AIS chains per image and θ draw.", low=1)
-    leapfrog: int = option(5, "Leapfrog steps of each AIS HMC transition.", low=1)
-    chunk: int = option(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
+    ais_steps: int = setting(1000, "Annealing steps T of the AIS estimate of log p(x_n | θ) (0: IWAE only).", low=0)
+    ais_chains: int = setting(8, "AIS chains per image and θ draw.", low=1)
+    leapfrog: int = setting(5, "Leapfrog steps of each AIS HMC transition.", low=1)
+    chunk: int = setting(CHUNK, "Rows (θ draws × z draws × images) evaluated at once: memory only, no number "
                         "depends on it.", low=1)
-    seed: int = option(0, "Seeds the images and every draw of the evaluation: with a run's training seed added "
+    seed: int = setting(0, "Seeds the images and every draw of the evaluation: with a run's training seed added "
                        "unless --paired.", low=0)
-    paired: bool = option(False, "Measure every run on the images and draws of --seed alone, whatever its training "
+    paired: bool = setting(False, "Measure every run on the images and draws of --seed alone, whatever its training "
                           "seed: right for comparing runs image by image; otherwise runs of different seeds get "
                           "different images and draws, and errors over seeds cover the images too.")
 

@@ -95,7 +95,7 @@ class BayesianDecoderModel(LocalModule):
     among N (replicas: [R, B, x_dim] and [R, B], see :func:`data_plate`), kl_scale an optional warm-up weight β of the latent sites (see the module docstring). It has
     no parameters: every weight of the decoder is a latent variable. With ``decoder_prior="none"`` the decoder's
     sites carry no prior (their log-density masked out: a flat prior), so that a point-mass q(θ)
-    (:class:`~amortized_pyro.models.q_theta.DecoderPoint`) makes θ a point estimate and the ELBO a standard VAE's,
+    (:class:`~amortized_pyro.models.q_theta.QThetaPoint`) makes θ a point estimate and the ELBO a standard VAE's,
     E_q(z)[log p(x | z, θ)] − KL(q(z) ‖ p(z)), with the same sites, guides and gap machinery."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,

@@ -8,7 +8,7 @@ q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the mo
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
-q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.DecoderPosterior`, flat vectors for
+q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.QThetaNormal`, flat vectors for
 speed); the warm-up's ``kl_scale`` is their ``annealing``; the studies' objective their ``objective``;
 ``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
 per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
@@ -31,7 +31,7 @@ from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.decoder import data_plate
 from amortized_pyro.models.networks import LEAKY_SLOPE
 from amortized_pyro.models.modules import LocalModule
-from amortized_pyro.models.q_theta import THETA_INIT_SCALE, DecoderPoint, DecoderPosterior
+from amortized_pyro.models.q_theta import THETA_INIT_SCALE, QThetaNormal, QThetaPoint
 
 Family = namedtuple("Family", "name label encoder in_studies")
 FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),
@@ -142,7 +142,7 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     every = model.local_terms == "all"
     point = model.decoder_prior == "none"  # no prior on θ: a point estimate (init_scale unused)
-    q_theta = DecoderPoint(model.shapes) if point else DecoderPosterior(model.shapes, init_scale)
+    q_theta = QThetaPoint(model.shapes) if point else QThetaNormal(model.shapes, init_scale)
     options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective,
                    globals=q_theta, annealing=_warmup_scale,
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),

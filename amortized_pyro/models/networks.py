@@ -14,9 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from amortized_pyro.autoguides.factors import LEAKY_SLOPE  # the package's one LeakyReLU slope (the studies' 0.2)
 from amortized_pyro.errors import AmortizedPyroError
-
-LEAKY_SLOPE = 0.2
 
 
 def decoder_shapes(z_dim, hidden, x_dim):

@@ -1,10 +1,10 @@
 """q(θ): the mean-field Gaussian over every decoder weight and bias that all guides share, or a point mass.
 
     q(θ) = Π_j Normal(θ_j | m_j, s_j),   m_j = 0 and s_j = ``init_scale`` at the start (e^-2 in both studies)
-    q(θ) = δ(θ − θ̂)                      the decoder point-estimated (a standard VAE: :class:`DecoderPoint`)
+    q(θ) = δ(θ − θ̂)                      the decoder point-estimated (a standard VAE: :class:`QThetaPoint`)
 
 The module owns (m, log s) as plain parameters, ``loc`` and ``log_scale``. Calling it draws θ at
-the model's ``decoder.*`` sample sites; :meth:`DecoderPosterior.sample` is the one sampler of q(θ) outside
+the model's ``decoder.*`` sample sites; :meth:`QThetaNormal.sample` is the one sampler of q(θ) outside
 inference (evaluation, gap measurement), drawing from an explicit generator.
 """
 import math
@@ -21,7 +21,7 @@ from amortized_pyro.models.modules import LocalModule
 THETA_INIT_SCALE = math.exp(-2)
 
 
-class DecoderPosterior(LocalModule):
+class QThetaNormal(LocalModule):
     """q(θ) for the decoder tensors ``shapes`` (site name → shape, as :func:`~amortized_pyro.models.decoder.decoder_shapes`).
 
     (m, log s) are two flat vectors over all decoder tensors (parameters ``loc`` and ``log_scale``), as in the
@@ -80,7 +80,7 @@ class DecoderPosterior(LocalModule):
         return False
 
 
-class DecoderPoint(DecoderPosterior):
+class QThetaPoint(QThetaNormal):
     """q(θ) = δ(θ − θ̂): the decoder point-estimated, for a model without a prior on θ (``decoder_prior="none"``:
     log p(θ) = log q(θ) = 0, so the ELBO is a standard VAE's and θ̂ its maximum-likelihood decoder). θ̂ is the
     flat parameter ``loc``, started as torch.nn.Linear (and ConvTranspose2d) start their tensors,

@@ -24,7 +24,7 @@ from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TER
 from amortized_pyro.models.networks import DECODERS
 from amortized_pyro.models.guides import GUIDES
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE
-from amortized_pyro.settings import Checked, field_error, option
+from amortized_pyro.settings import Checked, field_error, setting
 
 try:
     import tomllib
@@ -64,108 +64,108 @@ def parse_every(text):
 class FitConfig(Checked):
     """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
 
-    guide: str = option("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
+    guide: str = setting("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
                          "--refine-steps of Adam per minibatch, SA-VI), per-datapoint (F-VI) or shared (constant-VI).",
                          choices=GUIDES, grid=True)
-    width: int = option(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
-    encoder_layers: int = option(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
+    width: int = setting(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
+    encoder_layers: int = setting(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
                                  "authors' original).", low=1)
-    encoder_slope: float = option(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
+    encoder_slope: float = setting(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
                                   "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", low=0)
-    refine_steps: int = option(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
+    refine_steps: int = setting(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
                                "minibatch (0: A-VI exactly).", low=0)
-    refine_lr: float = option(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
-    refine_grad: str = option("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
+    refine_lr: float = setting(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
+    refine_grad: str = setting("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
                               "straight-through (the refined factor's gradient applied to the encoder's output) or "
                               "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
-    seed: int = option(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
+    seed: int = setting(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
                        grid=True)
-    dataset: str = option("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "
+    dataset: str = setting("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "
                           "folder of IDX files, of CIFAR-10's python batches (cifar-10-batches-py) or of SVHN's "
                           "train_32x32.mat / test_32x32.mat, or a .npy/.npz file of images.", grid=True)
-    data_dir: str = option("data", "Where torchvision finds or downloads mnist, fashion-mnist, cifar10, svhn.",
+    data_dir: str = setting("data", "Where torchvision finds or downloads mnist, fashion-mnist, cifar10, svhn.",
                            result=False)
-    download: bool = option(True, "Try to download a named dataset when it is not in --data-dir.",
+    download: bool = setting(True, "Try to download a named dataset when it is not in --data-dir.",
                             result=False)
-    grayscale: bool = option(False, "Colour images (CIFAR-10, SVHN) as their luminance, 0.299 R + 0.587 G + "
+    grayscale: bool = setting(False, "Colour images (CIFAR-10, SVHN) as their luminance, 0.299 R + 0.587 G + "
                              "0.114 B, one channel; colour is kept otherwise (3 × 32 × 32 = 3,072 pixels).")
-    n_obs: int = option(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
-    n_test: int = option(1000, "Held-out test images.", low=0)
-    binarize: bool = option(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "
+    n_obs: int = setting(10000, "Training images N (a deterministic subset chosen by the seed).", low=1)
+    n_test: int = setting(1000, "Held-out test images.", low=0)
+    binarize: bool = setting(False, "Binarize the images once, x ~ Bernoulli(pixel), deterministically from "
                             "the seed (for the Bernoulli likelihood).")
-    likelihood: str = option("normal", "p(x | z, θ): normal, N(Ω(z; θ), obs-scale² I), or bernoulli, "
+    likelihood: str = setting("normal", "p(x | z, θ): normal, N(Ω(z; θ), obs-scale² I), or bernoulli, "
                              "Bernoulli(sigmoid(Ω(z; θ))) on binary images.", choices=LIKELIHOODS)
-    obs_scale: float = option(1.0, "Likelihood std of every pixel (normal likelihood); the studies' code "
+    obs_scale: float = setting(1.0, "Likelihood std of every pixel (normal likelihood); the studies' code "
                               "uses 1/sqrt(2).", low=0, open_low=True)
-    prior_scale: float = option(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
+    prior_scale: float = setting(1.0, "Prior std of every decoder weight; the authors' original uses 1/sqrt(2).",
                                 low=0, open_low=True)
-    decoder: str = option("mlp", "The decoder Ω(z; θ), every weight and bias a latent site: mlp (z → H → H → "
+    decoder: str = setting("mlp", "The decoder Ω(z; θ), every weight and bias a latent site: mlp (z → H → H → "
                           "pixels) or conv (a linear layer to H/4 channels on a quarter-size grid, then two "
                           "transposed convolutions, kernel 4, stride 2, through H/8 channels to the image; "
                           "height and width multiples of 4).", choices=tuple(DECODERS))
-    encoder: str = option("mlp", "The encoder's body (A-VI, SA-VI): mlp (the flattened image through "
+    encoder: str = setting("mlp", "The encoder's body (A-VI, SA-VI): mlp (the flattened image through "
                           "--encoder-layers layers of width k) or conv (two convolutions, 32 and 64 channels, "
                           "kernel 4, stride 2, then --encoder-layers layers of width k).", choices=tuple(ENCODERS))
-    decoder_prior: str = option("normal", "normal: Normal(0, prior-scale²) on every decoder weight and bias, q(θ) "
+    decoder_prior: str = setting("normal", "normal: Normal(0, prior-scale²) on every decoder weight and bias, q(θ) "
                                 "mean-field (the Bayesian decoder). none: θ point-estimated with no prior, q(θ) "
                                 "a point mass started at torch's Linear initialisation (a standard VAE, as Cremer et "
                                 "al. 2018 and Pyro's examples/vae): the gap then has no coupling term.",
                                 choices=DECODER_PRIORS)
-    z_dim: int = option(64, "Latent dimension.", low=1)
-    hidden: int = option(256, "Decoder hidden width H.", low=1)
-    init_scale: float = option(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
+    z_dim: int = setting(64, "Latent dimension.", low=1)
+    hidden: int = setting(256, "Decoder hidden width H.", low=1)
+    init_scale: float = setting(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
                                low=0, open_low=True)
-    qz_init: str = option("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
+    qz_init: str = setting("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
                           "(the studies' code: μ ~ N(0,1), log σ ~ N(0,1) − 1 per datapoint; μ, log σ ~ "
                           "N(0,1) shared).", choices=FREE_INITS)
-    epochs: int = option(5000, "Passes over the N training images.", low=1)
-    batch_size: int = option(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
+    epochs: int = setting(5000, "Passes over the N training images.", low=1)
+    batch_size: int = setting(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
                              "the full batch.", low=1)
-    lr: float = option(1e-3, "Adam learning rate.", low=0, open_low=True)
-    beta1: float = option(0.9, "Adam's first-moment decay β1.", low=0, high=1, open_high=True)
-    beta2: float = option(0.999, "Adam's second-moment decay β2 (0.99 in the reference study's code).",
+    lr: float = setting(1e-3, "Adam learning rate.", low=0, open_low=True)
+    beta1: float = setting(0.9, "Adam's first-moment decay β1.", low=0, high=1, open_high=True)
+    beta2: float = setting(0.999, "Adam's second-moment decay β2 (0.99 in the reference study's code).",
                           low=0, high=1, open_high=True)
-    weight_decay: float = option(0.0, "AdamW's decoupled weight decay, applied to q(z)'s matrices only (the "
+    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay, applied to q(z)'s matrices only (the "
                                  "encoder's weight matrices, the per-datapoint table), never to q(θ); 0 = Adam.",
                                  low=0)
-    objective: str = option("elbo", "elbo: train on the ELBO. reference: the studies' objective, which is NOT an "
+    objective: str = setting("elbo", "elbo: train on the ELBO. reference: the studies' objective, which is NOT an "
                             "ELBO: their log q takes variances and is given standard deviations, so every "
                             "coordinate of q(θ) and q(z) is scored as N(m, s) with variance s (not s²), −log q = "
                             "½ log s + ½ s ε² + const; this weakens the entropy's push on log s (½ + s/2 instead "
                             "of 1) and shrinks q. Draws are unchanged; the true ELBO is still recorded.",
                             choices=OBJECTIVES)
-    local_terms: str = option("minibatch", "minibatch: the z terms log p(z_n) − log q(z_n) of the minibatch, "
+    local_terms: str = setting("minibatch", "minibatch: the z terms log p(z_n) − log q(z_n) of the minibatch, "
                               "scaled by N/B (an unbiased ELBO estimate). all: those of all N images at every "
                               "step, unscaled, as the authors' code (the likelihood stays the minibatch's, "
                               "scaled by N/B).", choices=LOCAL_TERMS)
-    batch_order: str = option("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
+    batch_order: str = setting("shuffled", "shuffled: a fresh random order of the images every epoch. blocks: "
                               "fixed consecutive blocks of the data, in order, every epoch (the authors' code).",
                               choices=BATCH_ORDERS)
-    estimator: str = option("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
+    estimator: str = setting("trace", "The ELBO estimator: trace (Trace_ELBO: log p − log q at the draw) or meanfield "
                             "(TraceMeanField_ELBO: the likelihood at the draw minus the analytic KL of every "
                             "Normal site; the same expectation, less variance; only with --objective elbo).",
                             choices=ESTIMATORS)
-    particles: int = option(1, "Vectorized samples per ELBO estimate.", low=1)
-    stop_window: int = option(0, "Stop early when the training objective per image, averaged over windows of this "
+    particles: int = setting(1, "Vectorized samples per ELBO estimate.", low=1)
+    stop_window: int = setting(0, "Stop early when the training objective per image, averaged over windows of this "
                               "many epochs, rose by less than --stop-gain on the window before (--epochs is then a "
                               "cap; the same rule for every N, where fixed epochs are not); 0 = train all --epochs.",
                               low=0)
-    stop_gain: float = option(0.1, "... nats per image (with --stop-window).", low=0)
-    kl_weight: float = option(1.0, "β of a β-VAE: the KL terms of every latent site weighted by β (poutine.scale, "
+    stop_gain: float = setting(0.1, "... nats per image (with --stop-window).", low=0)
+    kl_weight: float = setting(1.0, "β of a β-VAE: the KL terms of every latent site weighted by β (poutine.scale, "
                               "as the warm-up); β ≠ 1 trains on that objective, which is NOT an ELBO: it is "
                               "recorded as objective, the ELBO beside it at every evaluation.", low=0,
                               open_low=True)
-    kl_warmup: int = option(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
+    kl_warmup: int = setting(0, "KL warm-up: the KL terms are scaled by min(1, epoch / this) over the first "
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)
-    device: str = option("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
-    eval_every: int = option(100, "Evaluate the reconstruction MSEs every this many epochs (and at the end). An "
+    device: str = setting("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
+    eval_every: int = setting(100, "Evaluate the reconstruction MSEs every this many epochs (and at the end). An "
                              "evaluation (16 predictive draws on train and test) costs about 4 epochs of training "
                              "at the default size on a CPU; every 100 keeps it near 4% of the run (BENCHMARKS.md).",
                              low=1)
-    predictive_draws: int = option(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
+    predictive_draws: int = setting(16, "Monte Carlo draws of (θ, z) for the posterior-predictive MSE; 0 = "
                                    "plug-in MSE only.", low=0)
-    checkpoint_every: str = option("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
+    checkpoint_every: str = setting("60s", "Checkpoint (parameters, optimizer, random states, metrics) every this "
                                    "much training time (30s, 5m, 1h) or every this many epochs (10); also at the "
                                    "start, at the end and on SIGINT/SIGTERM.", parse=parse_every, result=False)
 
