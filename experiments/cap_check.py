@@ -8,7 +8,7 @@ import json
 import sys
 
 from amortized_pyro.report.tables import plus_minus
-from amortized_pyro.study.results import mean_stderr
+from amortized_pyro.support.stats import mean_stderr
 
 KEYS = ("elbo_guide", "elbo_optimized", "elbo_per_theta")
 

@@ -30,7 +30,7 @@ from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.style import save_figure, subplots
 from amortized_pyro.report.tables import format_reports, hit_cap, plus_minus
-from amortized_pyro.study.results import mean_stderr
+from amortized_pyro.support.stats import mean_stderr
 from amortized_pyro.runs.store import load_history, read_info
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")

@@ -14,7 +14,8 @@ from pathlib import Path
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
 from amortized_pyro.report.tables import plus_minus
-from amortized_pyro.study.results import Results, leaves_plateau, mean_stderr
+from amortized_pyro.study.results import Results, leaves_plateau
+from amortized_pyro.support.stats import mean_stderr
 
 FRACTION = 0.9
 STYLES = ("-", "--", ":", "-.")  # a line style per study (objective)

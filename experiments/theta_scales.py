@@ -12,7 +12,7 @@ from collections import defaultdict
 from amortized_pyro.models.guides import config_label, display_order
 from amortized_pyro.report.tables import plus_minus
 from amortized_pyro.runs.fit import load_run
-from amortized_pyro.study.results import mean_stderr
+from amortized_pyro.support.stats import mean_stderr
 
 
 def main():

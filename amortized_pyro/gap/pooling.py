@@ -11,6 +11,8 @@ import statistics
 
 import torch
 
+from amortized_pyro.support.stats import mean_stderr
+
 
 def seed_groups(reports):
     """Gap reports grouped by configuration and split: {(label, split): [reports, one per training seed]}."""
@@ -37,8 +39,8 @@ def over_seeds(summaries, per_image=None, images=None):
         return pooled(per_image, images)
     if len(summaries) == 1:
         return summaries[0]
-    means = [s["mean"] for s in summaries]
-    return {"mean": statistics.fmean(means), "stderr": statistics.stdev(means) / math.sqrt(len(means))}
+    mean, stderr = mean_stderr([s["mean"] for s in summaries])
+    return {"mean": mean, "stderr": stderr}
 
 
 def gap_over_seeds(group, name):

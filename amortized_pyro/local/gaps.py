@@ -116,7 +116,9 @@ def global_draws(guide, settings, generator):
 
 
 def summarize(values):
-    """{"mean", "stderr"} over images (stderr = sd / sqrt(n)), or None where there are no values."""
+    """{"mean", "stderr"} over images (stderr = sd / sqrt(n)), or None where there are no values. On the
+    tensor itself, not :func:`~amortized_pyro.support.stats.mean_stderr`, which leaves NaN out: an image whose
+    value is NaN must make the summary NaN, not vanish from it."""
     if values is None:
         return None
     n = values.numel()

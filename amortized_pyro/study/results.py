@@ -12,7 +12,6 @@ Whether z carries information is read off the ratio of the final train plug-in M
 """
 import json
 import math
-import statistics
 from pathlib import Path
 
 from amortized_pyro.errors import AmortizedPyroError
@@ -20,6 +19,7 @@ from amortized_pyro.inference.evaluation import MSE_KEYS, mean_image_mse
 from amortized_pyro.models.guides import FAMILIES, config_label, display_order
 from amortized_pyro.runs.store import atomic_write, ms_per_epoch
 from amortized_pyro.support.jsonio import from_json, read_jsonl, to_json
+from amortized_pyro.support.stats import mean_stderr
 
 PLATEAU_FRACTION = 0.9  # 'left the mean-image plateau': train plug-in MSE below 0.9 × the mean image's
 INFORMATIVE, PARTLY = 0.5, 0.9
@@ -147,17 +147,6 @@ class Results:
 
 def _round(images):
     return [[round(v, 4) for v in row] for row in images.detach().cpu().clamp(-1, 2).tolist()]
-
-
-def mean_stderr(values):
-    """(mean, standard error of the mean: sd / √n) of the values that are not None or NaN; the standard
-    error is NaN with one value (no spread to estimate), both are NaN with none."""
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return (math.nan, math.nan)
-    if len(values) == 1:
-        return (values[0], math.nan)
-    return (statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values)))
 
 
 def iterations_to_leave(rows, baseline, fraction=PLATEAU_FRACTION):
