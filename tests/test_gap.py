@@ -14,7 +14,7 @@ import pyro
 
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.gap.measure import gap_images, measure
-from amortized_pyro.local.adam import RowAdam
+from amortized_pyro.local.steppers import RowAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
 from amortized_pyro.local.gaps import GapSettings

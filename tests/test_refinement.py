@@ -3,7 +3,7 @@ is the derivative of what the steps end at (checked against central finite diffe
 straight-through passes the refined factor's gradient instead, which differs."""
 import torch
 
-from amortized_pyro.local.adam import SmoothAdam
+from amortized_pyro.local.steppers import ClippedMomentum, SmoothAdam
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.local.optimize import refine
 from amortized_pyro.models.networks import decode
@@ -90,3 +90,59 @@ def test_smooth_adam_steps_are_torchs_adam_steps():
                 step.step()
         ends.append(x.detach())
     torch.testing.assert_close(ends[1], ends[0], rtol=1e-5, atol=1e-8)  # relative ε/|g|
+
+
+def test_kims_momentum_steps_are_the_formula_with_each_images_gradient_clipped():
+    """p ← 0.5 p − clip(g), x ← x + lr p, g clipped to norm 5 per image row: a row with a huge gradient is
+    scaled down to norm 5 and does not change the step of the row beside it."""
+    x = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    stepper = ClippedMomentum([x], lr=0.1)
+    grads = [torch.tensor([[30.0, 40.0, 0.0], [0.3, -0.4, 1.2]], dtype=torch.float64),
+             torch.tensor([[0.0, 0.0, 50.0], [0.1, 0.1, 0.1]], dtype=torch.float64)]
+    expected, velocity = torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64)
+    for g in grads:
+        clipped = torch.stack([row * min(1.0, 5.0 / row.norm().item()) for row in g])
+        velocity = 0.5 * velocity - clipped
+        expected = expected + 0.1 * velocity
+        x.grad = g.clone()
+        stepper.step()
+        torch.testing.assert_close(x.detach(), expected)
+    assert torch.isclose(clipped[0].norm(), torch.tensor(5.0, dtype=torch.float64))  # the big row: clipped
+    assert torch.equal(clipped[1], grads[1][1])  # the small row: as it was
+
+
+def test_kims_refinement_raises_the_local_elbo_and_unrolls_exactly():
+    log_joint, theta, x = toy()
+    loc0 = torch.zeros(6, 3, dtype=torch.float64, requires_grad=True)
+    log_scale0 = torch.full((6, 3), -0.5, dtype=torch.float64, requires_grad=True)
+
+    def objective(loc_start, steps, unrolled):
+        generator = torch.Generator().manual_seed(1)
+        loc, log_scale = refine(log_joint, x, loc_start, log_scale0, theta, 0.05, steps, 2, generator, unrolled,
+                                optimizer="sgd-momentum")
+        return log_weights(log_joint, x, loc, log_scale.exp(), theta, 200, torch.Generator().manual_seed(3)).mean(0)
+
+    with torch.no_grad():
+        assert (objective(loc0, 20, False) > objective(loc0, 0, False)).all()  # every image's local ELBO rises
+    direction = torch.randn(6, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    h = 1e-5
+    with torch.no_grad():
+        finite = (objective(loc0 + h * direction, 5, True).sum() - objective(loc0 - h * direction, 5, True).sum()) / (2 * h)
+    unrolled = torch.autograd.grad(objective(loc0, 5, True).sum(), loc0)[0]
+    torch.testing.assert_close((unrolled * direction).sum(), finite, rtol=1e-4, atol=1e-6)
+
+
+def test_sa_vi_trains_with_kims_inner_loop_and_says_so_in_its_label(tmp_path):
+    from click.testing import CliRunner
+
+    from amortized_pyro.cli.commands import cli
+    run = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["fit", "--guide", "semi-amortized", "--refine-steps", "3", "--refine-optimizer",
+                                      "sgd-momentum", "--refine-lr", "0.05", "--dataset", "mnist-sample", "--n-obs", "40",
+                                      "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8",
+                                      "--z-dim", "2", "--width", "4", "--no-progress", "--device", "cpu", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    from amortized_pyro.runs.fit import load_run
+    from amortized_pyro.models.guides import config_label
+    loaded = load_run(run)
+    assert loaded.guide.q_z.optimizer == "sgd-momentum" and config_label(loaded.config) == "SA-VI k=4 r=3 momentum"

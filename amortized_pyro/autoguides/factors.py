@@ -103,8 +103,8 @@ class AmortizedFactor(nn.Module):
 
 
 class SemiAmortizedFactor(AmortizedFactor):
-    """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` Adam steps (learning rate
-    ``lr``, one draw of z each, from ``generator``) on the local ELBO at ``theta`` (the θ the guide has just
+    """SA-VI (Kim et al. 2018): the encoder's (μ_0, log σ_0) refined by ``steps`` steps of ``optimizer`` (Adam,
+    or Kim et al.'s SGD with momentum on clipped gradients: ``"sgd-momentum"``; learning rate ``lr``, one draw of z each, from ``generator``) on the local ELBO at ``theta`` (the θ the guide has just
     drawn; when evaluating, E_q[θ] or the gap's :class:`~amortized_pyro.local.draws.Draws`: their mean
     objective), by
     :func:`amortized_pyro.local.optimize.refine`, with ``log_joint(x, z, θ)`` the model's per-datapoint local
@@ -114,9 +114,9 @@ class SemiAmortizedFactor(AmortizedFactor):
     gets the gradient at the refined factor only. A training step costs about (1 + steps) decoder passes
     straight-through, more unrolled (BENCHMARKS.md)."""
 
-    def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through"):
+    def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through", optimizer="adam"):
         super().__init__(encoder)
-        self.steps, self.lr, self.log_joint, self.grad = steps, lr, log_joint, grad
+        self.steps, self.lr, self.log_joint, self.grad, self.optimizer = steps, lr, log_joint, grad, optimizer
 
     def forward(self, x, idx, theta=None, generator=None, log_joint=None, particles=1):
         """(μ, σ) [B, size], or [particles, B, size] refined at each of θ's ``particles`` (vectorized
@@ -130,7 +130,7 @@ class SemiAmortizedFactor(AmortizedFactor):
         theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
         unrolled = self.grad == "unrolled"
         loc, log_scale = refine(log_joint or self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1,
-                                generator, unrolled)
+                                generator, unrolled, optimizer=self.optimizer)
         if unrolled:
             return loc, log_scale.exp()
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()

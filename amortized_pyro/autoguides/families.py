@@ -19,6 +19,7 @@ from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, Amortiz
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 
@@ -166,6 +167,8 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
     :param int steps: refinement steps (0: the amortized guide).
     :param float lr: their learning rate.
     :param str grad: ``"straight-through"`` or ``"unrolled"``.
+    :param str optimizer: the steps' optimizer, ``"adam"`` or ``"sgd-momentum"`` (Kim et al.'s inner loop:
+        momentum 0.5, each image's gradient clipped to norm 5; :class:`~amortized_pyro.local.steppers.ClippedMomentum`).
     :param callable local_log_joint: ``(data, z, θ)`` → log p(x_n, z_n | θ) per datapoint [..., B], for the
         encoder's data [B, ...], local values z [..., B, size] (the flat unconstrained layout) and global
         values θ, written by hand for speed (the package's model has one); None reads it off the model's trace
@@ -176,16 +179,19 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
 
     family = "semi-amortized"
 
-    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", local_log_joint=None, **kwargs):
+    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", local_log_joint=None, optimizer="adam",
+                 **kwargs):
         super().__init__(model, **kwargs)
-        if grad not in REFINE_GRADS or steps < 0 or not lr > 0:
-            raise AmortizedPyroError("refinement needs steps >= 0, lr > 0 and grad in %s; got %r, %r, %r"
-                                     % (", ".join(REFINE_GRADS), steps, lr, grad))
+        if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
+            raise AmortizedPyroError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
+                                     "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
+                                                     lr, grad, optimizer))
         self.steps, self.lr, self.grad, self.local_log_joint = steps, lr, grad, local_log_joint
+        self.optimizer = optimizer
 
     def _setup_local(self, indices, args, kwargs, device):
         encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
-        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad)
+        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad, optimizer=self.optimizer)
 
     def local_factor(self, indices, args, kwargs, theta):
         log_joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,

@@ -52,11 +52,12 @@ def draws_of_theta(model, guide, x, settings, seed=None):
 
 
 @pyro.validation_enabled(False)
-def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_steps=()):
+def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_steps=(), optimizer="adam", lr=None):
     """L_n of ``guide``'s factor per image on the score draws that :func:`measure` takes for the same images,
     settings and seed, so that a report's L_n(q*) minus it is this guide's amortization gap with common random
     numbers (another encoder on a run's frozen q(θ), say), and the same after each of ``refine_steps`` Adam
-    steps from it (the report's refinement rows): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
+    steps from it (the report's refinement rows; ``optimizer`` and ``lr``: the steps', default Adam at
+    ``settings.refine_lr``): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
     settings = (settings or GapSettings()).check()
     fit, score = draws_of_theta(model, guide, x, settings, seed)
     scored, chunk = score.at("score"), settings.chunk
@@ -64,8 +65,8 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
     elbos, seconds = {"guide": local_elbo(model.local_log_joint, x, loc, scale, scored, settings.samples, chunk)}, {}
     for k in refine_steps:
         began = time.perf_counter()
-        k_loc, k_log_scale = refine(model.local_log_joint, x, loc, scale.log(), fit.at("refine"), settings.refine_lr,
-                                    k, settings.step_samples, chunk=chunk)
+        k_loc, k_log_scale = refine(model.local_log_joint, x, loc, scale.log(), fit.at("refine"),
+                                    lr or settings.refine_lr, k, settings.step_samples, chunk=chunk, optimizer=optimizer)
         seconds[k] = time.perf_counter() - began
         elbos[k] = local_elbo(model.local_log_joint, x, k_loc, k_log_scale.exp(), scored, settings.samples, chunk)
     return elbos, seconds

@@ -1,4 +1,4 @@
-"""The per-image optimizers of local ELBOs: :func:`refine` (a fixed number of Adam steps: the semi-amortized
+"""The per-image optimizers of local ELBOs: :func:`refine` (a fixed number of steps: the semi-amortized
 guide's refinement, the gap's refinement rows) and :func:`converge` (until each row's windowed stopping rule:
 the gap's q*, and with ``per_draw`` the q*_m of every θ draw at once), both on the estimates of
 :mod:`amortized_pyro.local.estimates`.
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from amortized_pyro.local.adam import RowAdam, SmoothAdam
+from amortized_pyro.local.steppers import ClippedMomentum, RowAdam, SmoothAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, weights
 
@@ -70,18 +70,25 @@ def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_facto
         yield w if per_draw_factor else w.sum(0) / len(theta)
 
 
-def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
-                         smooth=False, chunk=CHUNK):
-    """Adam on Σ_n L_n from (``loc``, ``log_scale``), ``draws`` z per image and step, at ``theta``: one θ
+REFINE_OPTIMIZERS = ("adam", "sgd-momentum")
+
+
+def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
+                          smooth=False, chunk=CHUNK, optimizer="adam"):
+    """Steps of ``optimizer`` (Adam, or Kim et al.'s :class:`ClippedMomentum` for ``"sgd-momentum"``) on Σ_n L_n from (``loc``, ``log_scale``), ``draws`` z per image and step, at ``theta``: one θ
     (site → tensor; z from ``generator``) or :class:`~amortized_pyro.local.draws.Draws` (z from each draw's
     generator; the objective is the mean of L_n over the draws). Runs forever; the tensors are updated in
     place after each step. ``differentiable``: they are non-leaf tensors and every step stays on the autograd
     graph (gradients taken with ``create_graph``), so that what they end at can be differentiated with
-    respect to where they started. ``smooth``: the steps are :class:`SmoothAdam`'s with ε = lr (unrolled
+    respect to where they started. ``smooth``: Adam's steps are :class:`SmoothAdam`'s with ε = lr (unrolled
     refinement, in training and in evaluation alike), else torch's Adam."""
     tensors = [loc, log_scale]
-    optimizer = (SmoothAdam(tensors, lr, eps=lr, differentiable=differentiable) if smooth
-                 else torch.optim.Adam(tensors, lr=lr))
+    if optimizer == "sgd-momentum":
+        stepper = ClippedMomentum(tensors, lr, differentiable=differentiable)
+    elif smooth:
+        stepper = SmoothAdam(tensors, lr, eps=lr, differentiable=differentiable)
+    else:
+        stepper = torch.optim.Adam(tensors, lr=lr)
     noise = theta.generators() if isinstance(theta, Draws) else generator
     with torch.enable_grad():
         while True:
@@ -92,23 +99,25 @@ def _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generat
                 grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
             for tensor, grad in zip(tensors, grads):
                 tensor.grad = grad
-            optimizer.step()
+            stepper.step()
             yield
 
 
-def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False, chunk=CHUNK):
-    """``steps`` Adam steps on Σ_n L_n from (loc, log σ) at ``theta`` (one θ, or Draws: their mean
-    objective) (the semi-amortized guide, the gap's refinement rows); returns (loc, log σ), detached, or,
-    ``unrolled`` and where (loc, log σ) carry gradients, still on the graph through every step (Kim et al.
-    2018's semi-amortized training). Unrolled steps are :class:`SmoothAdam`'s with ε = lr, with or without
+def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False, chunk=CHUNK,
+           optimizer="adam"):
+    """``steps`` steps of ``optimizer`` (:data:`REFINE_OPTIMIZERS`: Adam, or Kim et al.'s SGD with momentum on
+    clipped gradients) on Σ_n L_n from (loc, log σ) at ``theta`` (one θ, or Draws: their mean objective) (the
+    semi-amortized guide, the gap's refinement rows); returns (loc, log σ), detached, or, ``unrolled`` and
+    where (loc, log σ) carry gradients, still on the graph through every step (Kim et al. 2018's
+    semi-amortized training). Unrolled Adam steps are :class:`SmoothAdam`'s with ε = lr, with or without
     the graph, so that an unrolled SA-VI guide refines alike when trained and when evaluated."""
     graph = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
     if graph:
         loc, log_scale = loc.clone(), log_scale.clone()
     else:
         loc, log_scale = loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
-    for _ in zip(range(steps), _adam_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
-                                                    graph, unrolled, chunk)):
+    for _ in zip(range(steps), _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
+                                                     graph, unrolled, chunk, optimizer)):
         pass
     return (loc, log_scale) if graph else (loc.detach(), log_scale.detach())
 

@@ -41,9 +41,10 @@ GUIDES = tuple(FAMILIES)  # the families, in display order
 ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
 
-def label(family, width=None, refine_steps=None, refine_grad="straight-through"):
+def label(family, width=None, refine_steps=None, refine_grad="straight-through", refine_optimizer="adam"):
     """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
-    refinement steps, where given; `` unrolled`` where the gradient goes through them), ``F-VI``,
+    refinement steps, where given; `` unrolled`` where the gradient goes through them, `` momentum`` where Kim
+    et al.'s SGD with momentum takes them), ``F-VI``,
     ``constant-VI``."""
     f = FAMILIES[family]
     if not f.encoder:
@@ -51,13 +52,14 @@ def label(family, width=None, refine_steps=None, refine_grad="straight-through")
     name = "%s k=%d" % (f.label, width)
     if family == "semi-amortized" and refine_steps is not None:
         name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
+        name += " momentum" if refine_optimizer == "sgd-momentum" else ""
     return name
 
 
 def config_label(config):
     """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
     point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
-    name = label(config.guide, config.width, config.refine_steps, config.refine_grad)
+    name = label(config.guide, config.width, config.refine_steps, config.refine_grad, config.refine_optimizer)
     if config.decoder == "conv" or config.encoder == "conv":
         name += ", conv %s" % ("decoder and encoder" if config.decoder == config.encoder else
                                "decoder" if config.decoder == "conv" else "encoder")
@@ -127,7 +129,7 @@ def _every_image(x, idx, kl_scale=None, x_all=None):
 
 def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
-               refine_grad="straight-through", encoder="mlp"):
+               refine_grad="straight-through", encoder="mlp", refine_optimizer="adam"):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
     :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
     ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
@@ -154,7 +156,8 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
         options.update(init=qz_init, seed=seed)
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
-        options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint)
+        options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint,
+                       optimizer=refine_optimizer)
     guide = BUILDERS[family](model, **options)
     x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
     guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)

@@ -20,6 +20,7 @@ from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS, REFINE_GRADS
 from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
+from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
 from amortized_pyro.models.guides import GUIDES
@@ -72,12 +73,16 @@ class FitConfig(Checked):
                                  "authors' original).", low=1)
     encoder_slope: float = setting(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
                                   "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", low=0)
-    refine_steps: int = setting(5, "SA-VI: Adam steps refining the encoder's factor on the local ELBO, per "
+    refine_steps: int = setting(5, "SA-VI: steps refining the encoder's factor on the local ELBO, per "
                                "minibatch (0: A-VI exactly).", low=0)
     refine_lr: float = setting(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
     refine_grad: str = setting("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
                               "straight-through (the refined factor's gradient applied to the encoder's output) or "
                               "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
+    refine_optimizer: str = setting("adam", "SA-VI: the refinement's optimizer: adam, or sgd-momentum (Kim et al. "
+                                    "2018's inner loop: momentum 0.5, each image's gradient clipped to norm 5; "
+                                    "its learning rate --refine-lr, chosen by bench/refine_sweep.py).",
+                                    choices=REFINE_OPTIMIZERS)
     seed: int = setting(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
                        grid=True)
     dataset: str = setting("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "

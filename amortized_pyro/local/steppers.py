@@ -1,6 +1,7 @@
-"""The two Adams of the local optimizations (:mod:`amortized_pyro.local.optimize`), hand-written where torch's
-does not do what they need: a learning rate per row (:class:`RowAdam`, the gap's q* and q*_m) and smooth steps
-that stay on the autograd graph (:class:`SmoothAdam`, unrolled refinement)."""
+"""The hand-written optimizers of the local optimizations (:mod:`amortized_pyro.local.optimize`), where torch's
+do not do what they need: a learning rate per row (:class:`RowAdam`, the gap's q* and q*_m), smooth Adam steps
+that stay on the autograd graph (:class:`SmoothAdam`, unrolled refinement), and Kim et al. (2018)'s inner loop,
+SGD with momentum on clipped gradients (:class:`ClippedMomentum`), per image."""
 import math
 
 import torch
@@ -57,3 +58,29 @@ class SmoothAdam:
                 m, v = b1 * m + (1 - b1) * param.grad, b2 * v + (1 - b2) * param.grad.square()
                 self.moments[i] = m, v
                 param.sub_(self.lr * (m / m_correction) / (v / v_correction + self.eps ** 2).sqrt())
+
+
+KIM_MOMENTUM, KIM_MAX_NORM = 0.5, 5.0  # harvardnlp/sa-vae's defaults (--momentum, --svi_max_grad_norm)
+
+
+class ClippedMomentum:
+    """Kim et al. (2018)'s refinement steps: p ← μ p − g, x ← x + lr p, with each gradient g clipped to norm
+    ``max_norm`` before it enters (μ = ``momentum``). Their code clips the whole minibatch's gradient of the
+    mean and of the log-variance as one vector each; here each image's row of each tensor (loc, log σ) is
+    clipped on its own, so that an image's refinement does not depend on the images beside it. The steps are
+    plain tensor operations, so with ``differentiable`` they stay on the autograd graph (unrolled), where Kim
+    et al. differentiate through them by finite differences of Hessian-vector products."""
+
+    def __init__(self, params, lr, momentum=KIM_MOMENTUM, max_norm=KIM_MAX_NORM, differentiable=False):
+        self.params, self.lr, self.momentum, self.max_norm = params, lr, momentum, max_norm
+        self.differentiable = differentiable
+        self.velocities = [torch.zeros_like(p) for p in params]
+
+    def step(self):
+        with torch.set_grad_enabled(self.differentiable):
+            for i, param in enumerate(self.params):
+                grad = param.grad
+                norm = grad.norm(dim=-1, keepdim=True)
+                grad = grad * (self.max_norm / (norm + 1e-6)).clamp(max=1.0)  # torch's clip_grad_norm_, per row
+                self.velocities[i] = self.momentum * self.velocities[i] - grad
+                param.add_(self.lr * self.velocities[i])
