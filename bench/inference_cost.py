@@ -18,12 +18,17 @@ from amortized_pyro.local.optimize import refine
 from amortized_pyro.runs.fit import finished_run
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_arguments(parser):
+    """The options of a bench on a trained run's images (this one's and bench/refine_sweep.py's)."""
     parser.add_argument("run_dir")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--steps", default="5,20")
     parser.add_argument("--theta-draws", type=int, default=4)
+    return parser
+
+
+def main():
+    parser = run_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)

@@ -19,6 +19,7 @@ from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.tables import plus_minus
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.support.stats import mean_stderr
+from inference_cost import run_arguments
 
 
 def rates(text):
@@ -26,11 +27,7 @@ def rates(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir")
-    parser.add_argument("--images", type=int, default=20)
-    parser.add_argument("--steps", default="5,20")
-    parser.add_argument("--theta-draws", type=int, default=4)
+    parser = run_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--adam", type=rates, default=rates("0.003,0.01,0.03,0.1"))
     parser.add_argument("--momentum", type=rates, default=rates("0.003,0.01,0.03,0.1,0.3,1"))
     args = parser.parse_args()
