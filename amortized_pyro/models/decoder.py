@@ -27,7 +27,7 @@ from pyro import poutine
 
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.modules import LocalModule
-from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, hidden
+from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, default_image_shape, hidden
 from amortized_pyro.support.batching import rows_of
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -103,9 +103,7 @@ class BayesianDecoderModel(LocalModule):
                  decoder="mlp", image_shape=None):
         super().__init__()
         self.decoder_prior = decoder_prior
-        side = round(math.sqrt(x_dim))
-        square = (1, side, side) if side * side == x_dim else (1, 1, x_dim)  # a row of x_dim values where not square
-        self.image_shape = tuple(image_shape) if image_shape is not None else square
+        self.image_shape = tuple(image_shape) if image_shape is not None else default_image_shape(x_dim)
         if math.prod(self.image_shape) != x_dim:
             raise AmortizedPyroError("images of shape %s have %d pixels, not x_dim = %d"
                                      % ("×".join(map(str, self.image_shape)), math.prod(self.image_shape), x_dim))

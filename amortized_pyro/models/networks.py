@@ -18,6 +18,13 @@ from amortized_pyro.autoguides.factors import LEAKY_SLOPE  # the package's one L
 from amortized_pyro.errors import AmortizedPyroError
 
 
+def default_image_shape(x_dim):
+    """The (C, H, W) of images known only by their x_dim pixels: one square channel where x_dim is a square
+    number (784: 1 × 28 × 28), else one row of x_dim."""
+    side = math.isqrt(x_dim)
+    return (1, side, side) if side * side == x_dim else (1, 1, x_dim)
+
+
 def decoder_shapes(z_dim, hidden, x_dim):
     """Site name → shape of every weight and bias of the MLP decoder (torch.nn.Linear's [out, in] convention)."""
     return {

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.models.networks import default_image_shape
 from amortized_pyro.runs.formats import (CIFAR_FOLDER, SVHN_FILES, joined, read_array_file, read_cifar_folder,
                                          read_folder, read_svhn_folder, to_grayscale, to_unit_floats)
 
@@ -37,13 +38,10 @@ class Data:
     binarized: bool = False
     name: str = "data"
     origin: dict = None  # where to load the same images again: {"dataset", "data_dir", "seed", ...}, paths absolute
-    shape: tuple = None  # (C, H, W); None: one channel, square
+    shape: tuple = None  # (C, H, W); None: models.networks.default_image_shape of the rows' length
 
     def __post_init__(self):
-        if self.shape is None:
-            side = round(self.train.shape[1] ** 0.5)
-            self.shape = (1, side, side)
-        self.shape = tuple(self.shape)
+        self.shape = tuple(self.shape) if self.shape is not None else default_image_shape(self.train.shape[1])
 
     def to(self, device):
         return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name, self.origin,
