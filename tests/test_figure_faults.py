@@ -171,3 +171,15 @@ def test_ms_per_epoch_in_the_table_is_summary_json_s(tmp_path):
     assert ("| %.0f |" % expected) in format_summary([row])
     _, bottom = speed_figure(results, tmp_path / "speed.png").axes
     assert bottom.patches[0].get_height() == pytest.approx(expected, rel=1e-12)
+
+
+def test_capacity_marks_points_whose_encoders_stopped_short(tmp_path):
+    rows = capacity_rows([0, 1])
+    for r in rows:
+        r["reached_target"] = not (r["width"] == 4 and r["seed"] == 1)  # one encoder of width 4 short of its target
+    (ax,) = capacity_figure(rows, tmp_path / "short.png").axes
+    crosses = [line for line in ax.lines if line.get_marker() == "x"]
+    assert sorted(x for line in crosses for x in line.get_xdata()) == [4, 4]  # train and test at width 4 only
+    assert any("short of its run's own level" in t.get_text() for t in ax.get_legend().get_texts())
+    (ax,) = capacity_figure(capacity_rows([0, 1]), tmp_path / "fine.png").axes
+    assert not [line for line in ax.lines if line.get_marker() == "x"]

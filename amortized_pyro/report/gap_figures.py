@@ -89,10 +89,14 @@ def gap_figure(reports, path):
     return save_figure(fig, path)
 
 
+SHORT = "×: an encoder stopped at the epoch cap\nor short of its run's own level"
+
+
 def capacity_figure(rows, path):
     """The amortization gap against encoder width (the widths as ticks), a colour per depth, train solid with
     filled circles and test dashed with open squares, each point the mean over its encoders' seeds ± the standard error over the seeds' image
-    means, or with one seed its mean ± the standard error over images: the title says which."""
+    means, or with one seed its mean ± the standard error over images: the title says which; a red × on a point
+    where one of its encoders stopped at the epoch cap or short of its target (not by the rule)."""
     fig, ax = subplots(figsize=(8.5, 4.5))
     groups = capacity_seeds(rows)
     depths = sorted({r["depth"] for r in rows})
@@ -104,6 +108,11 @@ def capacity_figure(rows, path):
             if widths:
                 ax.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], color=colors[depth],
                             capsize=3, label="%d hidden layer%s, %s images" % (depth, "s" * (depth > 1), split), **looks)
+            short = [(w, g["mean"]) for w, g in zip(widths, gaps) if any(
+                r.get("encoder_capped") or r.get("reached_target") is False for r in groups[(w, depth, split)])]
+            if short:  # not at the rule: an encoder stopped at the epoch cap, or short of its target
+                ax.plot(*zip(*short), marker="x", markersize=11, color="red", linestyle="none",
+                        label=None if any(h.get_label() == SHORT for h in ax.lines) else SHORT)
     widths = sorted({r["width"] for r in rows})
     title = spread([len(g) for g in groups.values()], "mean over encoder seeds ± s.e. over the seeds' image means",
                    "mean ± s.e. over images")
