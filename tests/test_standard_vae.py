@@ -115,3 +115,13 @@ def test_replicas_refuse_a_point_estimated_decoder(tmp_path):
     result = CliRunner().invoke(cli, ["fit", "--decoder-prior", "none", "--replicas", "2", "--out",
                                       str(tmp_path / "pack"), *TINY])
     assert result.exit_code == 2 and "decoder prior" in result.output and "Traceback" not in result.output
+
+
+def test_compare_draws_standard_vae_runs_with_their_labels(tmp_path):
+    """Every figure takes the labels a point-estimated decoder gives (``F-VI, point θ``): a colour each."""
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(cli, ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0",
+                                      "--decoder-prior", "none", "--out", str(out),
+                                      *[a for a in TINY if a not in ("--width", "4")]])
+    assert result.exit_code == 0, result.output
+    assert (out / "fig1_neg_elbo.png").exists() and "F-VI, point θ" in (out / "summary.md").read_text()

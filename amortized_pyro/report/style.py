@@ -11,8 +11,12 @@ FAMILY_COLORS = dict(zip(FAMILIES, ("tab:blue", "tab:purple", "tab:red", "tab:gr
 
 def configuration_colors(names):
     """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
-    families in their colours (:data:`FAMILY_COLORS`: F-VI red, constant-VI gray)."""
+    families in their colours (:data:`FAMILY_COLORS`: F-VI red, constant-VI gray), labels with more after
+    them (``F-VI, point θ``) too."""
     colors = {f.label: FAMILY_COLORS[f.name] for f in FAMILIES.values() if not f.encoder}
+    for name in names:  # a free family's label with more after it (``F-VI, point θ``): its family's colour
+        colors.update({name: FAMILY_COLORS[f.name] for f in FAMILIES.values()
+                       if not f.encoder and name.startswith(f.label + ",")})
     encoders = [f.label for f in FAMILIES.values() if f.encoder]
     for family, cmap in zip(encoders, COLORMAPS):
         members = [n for n in names if n.startswith(family + " ")]
