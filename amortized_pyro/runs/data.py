@@ -84,23 +84,22 @@ def read_torchvision(name, data_dir, download):
     ``data_dir``; CIFAR-10's and SVHN's files are then read by :mod:`~amortized_pyro.runs.formats` (as are
     such files already there, which torchvision would refuse unless they are the full published ones)."""
     data_dir = Path(data_dir)
-    local = {"cifar10": lambda: read_cifar_folder(data_dir / CIFAR_FOLDER), "svhn": lambda: read_svhn_folder(data_dir)}
-    if name == "cifar10" and (data_dir / CIFAR_FOLDER).is_dir() or name == "svhn" and all(
-            (data_dir / f).is_file() for f in SVHN_FILES):
-        return local[name]()
+    own_reader = {"cifar10": lambda: read_cifar_folder(data_dir / CIFAR_FOLDER),
+                  "svhn": lambda: read_svhn_folder(data_dir)}.get(name)
+    present = (data_dir / CIFAR_FOLDER).is_dir() if name == "cifar10" else all((data_dir / f).is_file()
+                                                                                for f in SVHN_FILES)
+    if own_reader and present:
+        return own_reader()
     try:
         from torchvision import datasets
     except Exception as e:  # ImportError, or a torchvision built for another torch (RuntimeError, OSError)
         raise TorchvisionBroken("torchvision cannot be imported (%s: %s; install torch and torchvision together)"
                                 % (type(e).__name__, first_line(e))) from None
     cls = getattr(datasets, NAMED[name])
-    if name == "svhn":
-        for split in ("train", "test"):
-            cls(str(data_dir), split=split, download=download)
-    else:
-        splits = [cls(str(data_dir), train=train, download=download) for train in (True, False)]
-    if name in local:
-        return local[name]()
+    splits = [cls(str(data_dir), download=download, **({"split": split} if name == "svhn" else
+                                                        {"train": split == "train"})) for split in ("train", "test")]
+    if own_reader:
+        return own_reader()
     return joined(*(to_unit_floats(split.data.numpy(), NAMED[name]) for split in splits), NAMED[name])
 
 
