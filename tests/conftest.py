@@ -14,9 +14,9 @@ STUDY_GUIDES = tuple(f.name for f in FAMILIES.values() if f.in_studies)  # the s
 
 
 def build_guide(name, model, **kwargs):
-    """make_guide for any family, SA-VI refining (2 steps)."""
+    """make_guide for any family, SA-VI refining (2 steps), the iterative guide iterating twice."""
     from amortized_pyro import make_guide
-    return make_guide(name, model, refine_steps=2, **kwargs)
+    return make_guide(name, model, refine_steps=2, iterations=2, **kwargs)
 
 
 @pytest.fixture(autouse=True)

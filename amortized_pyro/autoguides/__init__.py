@@ -1,4 +1,4 @@
-"""Guide builders for any Pyro model: amortized, semi-amortized, per-datapoint and shared Gaussian factors
+"""Guide builders for any Pyro model: amortized, semi-amortized, iterative, per-datapoint and shared Gaussian factors
 q(z_n) over the local latent sites of a named plate, Pyro's AutoNormal or AutoDelta (or a module of one's own)
 over the global ones,
 the amortization gap of such a guide (:func:`measure_gap`), and how fresh encoders of growing capacity close
@@ -9,10 +9,12 @@ it on the guide's frozen globals (:func:`capacity_sweep`).
 """
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.capacity import EncoderTraining, capacity_sweep, train_fresh_encoder
-from amortized_pyro.autoguides.families import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal, default_encoder)
+from amortized_pyro.autoguides.families import (AUTOGUIDES, AutoAmortizedNormal, AutoIterativeAmortizedNormal,
+                                                AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal,
+                                                default_encoder)
 from amortized_pyro.autoguides.gap import measure_gap
 from amortized_pyro.autoguides.local_joint import LocalJoint
 
-__all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
+__all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "AutoIterativeAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
            "AutoSemiAmortizedNormal", "AutoSharedNormal", "EncoderTraining", "LocalJoint", "capacity_sweep",
            "default_encoder", "measure_gap", "train_fresh_encoder"]

@@ -19,6 +19,9 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 
+from pyro.distributions.util import sum_rightmost
+
+from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
 from amortized_pyro.autoguides.structure import plate_indices, read_structure
 from amortized_pyro.errors import AmortizedPyroError
@@ -26,6 +29,8 @@ from amortized_pyro.support.streams import outside_the_stream
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
 DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
+LOCAL_TERMS = "_local_terms"  # the guide's factor site of a family's own training terms (see local_terms)
+LOCAL_FLOW = "_local_flow"  # the guide's auxiliary site of the flat local vector u_n where a flow draws it
 
 
 def _check_objective(objective, part):
@@ -64,6 +69,10 @@ class AutoLocalGuide(AutoGuide):
         call's datapoints among the plate's full size, for a model whose plate's subsample indices are not
         them (seeds packed as replicas, :func:`amortized_pyro.models.decoder.data_plate`: one minibatch per replica,
         [R, B]); None: the plate's subsample indices.
+    :param int flow: K, normalizing-flow transforms after the Gaussian factor (:mod:`.flows`: masked
+        autoregressive, conditioned on the encoder's features in the amortized family, unconditional in the free
+        ones; they start as the identity); 0: the Gaussian factor alone.
+    :param int flow_width: the width of each transform's hyper-network (two hidden layers).
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
         data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,
         its sample sites at their prototype values: what it computes before the plate is computed twice per
@@ -72,7 +81,7 @@ class AutoLocalGuide(AutoGuide):
     """
 
     def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", objective="elbo",
-                 annealing=None, datapoint_indices=None, create_plates=None):
+                 annealing=None, datapoint_indices=None, create_plates=None, flow=0, flow_width=DEFAULT_FLOW_WIDTH):
         own = isinstance(globals, torch.nn.Module)
         if not own and globals not in GLOBAL_GUIDES:
             raise AmortizedPyroError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
@@ -80,6 +89,9 @@ class AutoLocalGuide(AutoGuide):
         _check_objective(objective, globals)
         if not init_scale > 0:
             raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
+        if flow < 0 or flow_width < 1 or (flow and objective != "elbo"):
+            raise AmortizedPyroError("a flow needs flow >= 0, flow_width >= 1 and the ELBO objective; got %r, %r, %r"
+                                     % (flow, flow_width, objective))
         super().__init__(model, create_plates=self._plates_of_call)
         self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), "own" if own else globals
         self._user_plates, self.annealing, self.datapoint_indices = create_plates, annealing, datapoint_indices
@@ -89,6 +101,7 @@ class AutoLocalGuide(AutoGuide):
         if own and hasattr(globals, "objective"):
             globals.objective = objective
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
+        self.flow_transforms, self.flow_width, self.flow = flow, flow_width, None
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
@@ -107,6 +120,10 @@ class AutoLocalGuide(AutoGuide):
                 with poutine.block():
                     self.q_theta._setup_prototype(*args, **kwargs)
         self._setup_local(indices, args, kwargs, self._device(full))
+        if self.flow_transforms:
+            with outside_the_stream():  # leaves the stream as the Gaussian guide leaves it: one starts as the other
+                self.flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
+                                      self.flow_width).to(self._device(full))
 
     def _indices(self, plates, args, kwargs):
         """This call's datapoints: the data plate's subsample indices, or ``datapoint_indices``' answer."""
@@ -170,14 +187,64 @@ class AutoLocalGuide(AutoGuide):
         normal = q_normal(self.objective)
         with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
             result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
-            loc, scale = self.local_factor(self._indices(plates, args, kwargs), args, kwargs, result)
+            indices = self._indices(plates, args, kwargs)
+            loc, scale, terms = self.local_terms(indices, args, kwargs, result)
             locs, scales = self.structure.split(loc), self.structure.split(scale)
             with plates[self.plate]:
-                for site in self.structure.locals:
+                if self.flow is not None:
+                    result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
+                for site in self.structure.locals if self.flow is None else ():
                     base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                     q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                     result[site.name] = pyro.sample(site.name, q)
+                if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
+                    pyro.factor(LOCAL_TERMS, terms.detach() - terms, has_rsample=True)
         return result
+
+    def _flow_draws(self, loc, scale, context):
+        """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
+        latent vector): each site a Delta at its block of u_n, mapped to its support, carrying the log-Jacobian
+        of that map as its density, so that the sites' log q add up to q(z_n)'s."""
+        u = pyro.sample(LOCAL_FLOW, self.flow.distribution(loc, scale, context), infer={"is_auxiliary": True})
+        values, draws = self.structure.split(u), {}
+        for site in self.structure.locals:
+            value, event_dim = values[site.name], len(site.unconstrained_shape)
+            if site.is_real:
+                draws[site.name] = pyro.sample(site.name, dist.Delta(value, event_dim=event_dim))
+                continue
+            constrained = site.transform(value)
+            jacobian = site.transform.log_abs_det_jacobian(value, constrained)
+            batch = value.dim() - event_dim
+            draws[site.name] = pyro.sample(site.name, dist.Delta(
+                constrained, log_density=-sum_rightmost(jacobian, jacobian.dim() - batch),
+                event_dim=len(site.event_shape)))
+        return draws
+
+    def flow_context_size(self):
+        """The features a flow's transforms are conditioned on (a family's hook; here none: unconditional)."""
+        return 0
+
+    def flow_context(self, indices, args, kwargs):
+        """Those features for the datapoints ``indices`` of this call, [B, F], or None (a family's hook)."""
+        return None
+
+    def check_gaussian(self, what):
+        """Refuse ``what`` in one line for a flow guide: it needs q* in the flow's own family."""
+        if self.flow is not None:
+            raise AmortizedPyroError("%s of a flow guide (flow=%d) needs q* in the flow's own family, which is not "
+                                     "built yet: only Gaussian guides are measured" % (what, self.flow_transforms))
+
+    def push(self, v, indices, args, kwargs):
+        """Values v [..., B, size] of the Gaussian factor through the flow (as they are without one): the
+        plug-in point f(μ_n) and the predictive draws of a flow guide."""
+        return v if self.flow is None else self.flow.push(v, self.flow_context(indices, args, kwargs))[0]
+
+    def local_terms(self, indices, args, kwargs, theta):
+        """(μ, σ, terms): :meth:`local_factor`'s factor and per-datapoint terms [B] that the family adds to its
+        training objective for their gradient alone (iterative amortized inference: every iteration's local
+        ELBO), or None (a family's hook; here none)."""
+        loc, scale = self.local_factor(indices, args, kwargs, theta)
+        return loc, scale, None
 
     # ---- access for measurement ---------------------------------------------------------------------------
     @property

@@ -4,6 +4,8 @@ size them from a model's trace; the package's own guides are those builders.
 
     AmortizedFactor       (μ_n, log σ_n) = heads(body(x_n))                        A-VI
     SemiAmortizedFactor   the amortized factor refined by Adam on the local ELBO   SA-VI (Kim et al. 2018)
+    IterativeFactor       the amortized factor updated T times by a network of     iterative amortized inference
+                          the local ELBO's gradient                                (Marino et al. 2018)
     FreeFactor            free (μ_n, log σ_n) per datapoint (rows = N), or one row for all   F-VI, constant-VI
 """
 import math
@@ -13,7 +15,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from amortized_pyro.local.draws import Draws
-from amortized_pyro.local.optimize import refine
+from amortized_pyro.local.optimize import local_objective, noise_of, refine
 from amortized_pyro.support.batching import rows_of
 
 LEAKY_SLOPE = 0.2
@@ -134,6 +136,76 @@ class SemiAmortizedFactor(AmortizedFactor):
         if unrolled:
             return loc, log_scale.exp()
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
+
+
+GRADIENT_CUT = 10.0  # p of Andrychowicz et al.'s preprocessing: magnitudes below e^-p kept linear
+LOG_SCALE_RANGE = (-7.5, 2.5)  # Marino et al.'s clamp of log σ² to [-15, 5], on log σ
+
+
+def encode_gradient(grad, p=GRADIENT_CUT):
+    """A gradient as Marino et al. (2018) feed theirs to the inference network, by log magnitude and sign, in
+    Andrychowicz et al. (2016)'s form: (log|g| / p, sign g) where |g| >= e^-p, else (-1, e^p g); every entry
+    becomes two bounded numbers whatever its scale (a local ELBO's gradient spans orders of magnitude across
+    images and iterations). [..., size] → [..., 2 size]."""
+    large = grad.abs() >= math.exp(-p)
+    magnitude = torch.where(large, grad.abs().clamp_min(math.exp(-p)).log() / p, -torch.ones_like(grad))
+    return torch.cat([magnitude, torch.where(large, grad.sign(), grad * math.exp(p))], -1)
+
+
+class IterativeFactor(AmortizedFactor):
+    """Iterative amortized inference (Marino, Yue & Mandt 2018): λ = (μ, log σ) starts at the encoder's
+    output λ_0 and is updated ``iterations`` times,
+
+        g_t = ∇_λ L_n(λ_t; θ)                              one z draw per image, θ held (detached)
+        (Δ_t, γ_t) = update(h_n, λ_t, enc(g_t))            h_n the encoder's features, enc :func:`encode_gradient`
+        λ_{t+1} = γ_t ⊙ stop_grad(λ_t) + (1 − γ_t) ⊙ Δ_t    their gated ("highway") update, γ_t in (0, 1)
+
+    with log σ clamped to :data:`LOG_SCALE_RANGE` as they clamp log σ². ``update`` is an ELU network
+    (``layers`` × ``width``; ELU as theirs). Each λ_{t+1} depends on the update's parameters through its own
+    step only (stop_grad, as their code detaches λ_t): trained on every iteration's ELBO, iteration t's
+    objective L_n(λ_t) trains the step that made λ_t. :meth:`iterate` returns those objectives; the guide adds
+    them to its training objective with value zero (their gradient only). ``iterations=0`` is A-VI exactly."""
+
+    def __init__(self, encoder, iterations, width, layers=2, log_joint=None):
+        super().__init__(encoder)
+        self.iterations, self.log_joint = iterations, log_joint
+        size, features = encoder.loc.out_features, encoder.loc.in_features
+        sizes = [features + 6 * size] + [width] * max(1, layers)
+        self.update = nn.Sequential(*[m for d_in, d_out in zip(sizes, sizes[1:]) for m in (nn.Linear(d_in, d_out),
+                                                                                           nn.ELU())],
+                                    nn.Linear(width, 4 * size))
+
+    def forward(self, x, idx, theta=None, generator=None, log_joint=None, particles=1):
+        loc, scale, _ = self.iterate(x, theta, generator, log_joint, particles)
+        return loc, scale
+
+    def iterate(self, x, theta=None, generator=None, log_joint=None, particles=1):
+        """(μ_T, σ_T, Σ_t L_n(λ_t) for t < T or None): [B, size] twice and [B], or led by ``particles`` (θ's
+        values then carry a leading dimension of that size); the objectives only where gradients are on."""
+        h = self.encoder.body(x)
+        loc, log_scale = self.encoder.loc(h), self.encoder.log_scale(h)
+        if not self.iterations or theta is None:
+            return loc, log_scale.exp(), None
+        if particles > 1:
+            loc, log_scale, h = (t.expand((particles,) + t.shape) for t in (loc, log_scale, h))
+        theta = theta.detached() if isinstance(theta, Draws) else {k: v.detach() for k, v in theta.items()}
+        training, objectives, noise = torch.is_grad_enabled(), 0, noise_of(theta, generator)
+        with torch.enable_grad():
+            for _ in range(self.iterations):
+                if not training:  # evaluation: the gradient input still needs a graph at λ_t
+                    loc, log_scale = loc.detach().requires_grad_(), log_scale.detach().requires_grad_()
+                objective = local_objective(log_joint or self.log_joint, x, loc, log_scale, theta, 1, noise)
+                grads = torch.autograd.grad(objective.sum(), (loc, log_scale), retain_graph=training)
+                objectives = objectives + objective
+                inputs = torch.cat([h, loc.detach(), log_scale.detach()] + [encode_gradient(g) for g in grads], -1)
+                delta_loc, delta_log_scale, gate_loc, gate_log_scale = self.update(inputs).chunk(4, -1)
+                gate_loc, gate_log_scale = gate_loc.sigmoid(), gate_log_scale.sigmoid()
+                loc = gate_loc * loc.detach() + (1 - gate_loc) * delta_loc
+                log_scale = (gate_log_scale * log_scale.detach() + (1 - gate_log_scale) * delta_log_scale).clamp(
+                    *LOG_SCALE_RANGE)
+        if not training:
+            return loc.detach(), log_scale.detach().exp(), None
+        return loc, log_scale.exp(), objectives
 
 
 class FreeFactor(nn.Module):

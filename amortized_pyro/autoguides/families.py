@@ -3,6 +3,8 @@ modules of :mod:`.factors`, sized from the model's trace:
 
     AutoAmortizedNormal       (μ_n, log σ_n) = heads(encoder(x_n))                           A-VI
     AutoSemiAmortizedNormal   the amortized factor refined by Adam steps on the local ELBO   SA-VI (Kim et al. 2018)
+    AutoIterativeAmortizedNormal  the amortized factor updated by a network of the local     iterative amortized
+                              ELBO's gradient, T times                                       inference (Marino et al.)
     AutoPerDatapointNormal    free (μ_n, log σ_n) for each of the plate's N datapoints       F-VI
     AutoSharedNormal          one (μ, log σ) for every datapoint                             constant-VI
 
@@ -15,11 +17,13 @@ import torch
 from torch import nn
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
-from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor, SemiAmortizedFactor, mlp)
+from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor,
+                                               IterativeFactor, SemiAmortizedFactor, mlp)
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
+from amortized_pyro.support.streams import outside_the_stream
 
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 
@@ -154,50 +158,35 @@ class AutoAmortizedNormal(AutoLocalGuide):
     def _setup_local(self, indices, args, kwargs, device):
         self.q_z = AmortizedFactor(self._encoder(self.encoder_data(indices, args, kwargs), device))
 
+    def flow_context_size(self):
+        return self.q_z.encoder.loc.in_features
+
+    def flow_context(self, indices, args, kwargs):
+        """The encoder's features of the datapoints: the amortized flow's context (the body run once more)."""
+        return self.q_z.encoder.body(self.encoder_data(indices, args, kwargs))
+
     def local_factor(self, indices, args, kwargs, theta):
         return self.q_z(self.encoder_data(indices, args, kwargs), indices)
 
 
-class AutoSemiAmortizedNormal(AutoAmortizedNormal):
-    """SA-VI (Kim et al. 2018): the amortized factor refined by ``steps`` Adam steps (learning rate ``lr``,
-    one draw of z each) on the model's own local ELBO, read off its trace
-    (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`) or given (``local_log_joint``), at the
-    global values the guide has just drawn; see :class:`~amortized_pyro.autoguides.factors.SemiAmortizedFactor`.
+class _OnTheLocalElbo(AutoAmortizedNormal):
+    """The amortized families that work on the model's local ELBO inside the guide (SA-VI, iterative), read
+    off its trace (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`) or given.
 
-    :param int steps: refinement steps (0: the amortized guide).
-    :param float lr: their learning rate.
-    :param str grad: ``"straight-through"`` or ``"unrolled"``.
-    :param str optimizer: the steps' optimizer, ``"adam"`` or ``"sgd-momentum"`` (Kim et al.'s inner loop:
-        momentum 0.5, each image's gradient clipped to norm 5; :class:`~amortized_pyro.local.steppers.ClippedMomentum`).
     :param callable local_log_joint: ``(data, z, θ)`` → log p(x_n, z_n | θ) per datapoint [..., B], for the
         encoder's data [B, ...], local values z [..., B, size] (the flat unconstrained layout) and global
         values θ, written by hand for speed (the package's model has one); None reads it off the model's trace
         (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`, 1.15–1.75× slower per step: BENCHMARKS.md).
 
-    The other parameters are :class:`AutoAmortizedNormal`'s.
-    """
+    The other parameters are :class:`AutoAmortizedNormal`'s."""
 
-    family = "semi-amortized"
-
-    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", local_log_joint=None, optimizer="adam",
-                 **kwargs):
+    def __init__(self, model, *, local_log_joint=None, **kwargs):
         super().__init__(model, **kwargs)
-        if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
-            raise AmortizedPyroError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
-                                     "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
-                                                     lr, grad, optimizer))
-        self.steps, self.lr, self.grad, self.local_log_joint = steps, lr, grad, local_log_joint
-        self.optimizer = optimizer
+        self.local_log_joint = local_log_joint
 
-    def _setup_local(self, indices, args, kwargs, device):
-        encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
-        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad, optimizer=self.optimizer)
-
-    def local_factor(self, indices, args, kwargs, theta):
-        log_joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
-                                                       stacked=isinstance(theta, Draws))
-        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, log_joint,
-                        self.particles(theta))
+    def _joint(self, indices, args, kwargs, theta):
+        return self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
+                                                  stacked=isinstance(theta, Draws))
 
     def particles(self, theta):
         """How many particles the global values carry (vectorized particles: [P, 1…, *event]); 1 otherwise."""
@@ -208,6 +197,78 @@ class AutoSemiAmortizedNormal(AutoAmortizedNormal):
                     if value.dim() - self.structure.globals[name] > nesting], default=1)
 
 
-AUTOGUIDES = {cls.family: cls for cls in (AutoAmortizedNormal, AutoSemiAmortizedNormal, AutoPerDatapointNormal,
-                                           AutoSharedNormal)}
+class AutoSemiAmortizedNormal(_OnTheLocalElbo):
+    """SA-VI (Kim et al. 2018): the amortized factor refined by ``steps`` Adam steps (learning rate ``lr``,
+    one draw of z each) on the model's own local ELBO at the global values the guide has just drawn; see
+    :class:`~amortized_pyro.autoguides.factors.SemiAmortizedFactor`.
+
+    :param int steps: refinement steps (0: the amortized guide).
+    :param float lr: their learning rate.
+    :param str grad: ``"straight-through"`` or ``"unrolled"``.
+    :param str optimizer: the steps' optimizer, ``"adam"`` or ``"sgd-momentum"`` (Kim et al.'s inner loop:
+        momentum 0.5, each image's gradient clipped to norm 5; :class:`~amortized_pyro.local.steppers.ClippedMomentum`).
+
+    The other parameters are :class:`_OnTheLocalElbo`'s (``local_log_joint``) and :class:`AutoAmortizedNormal`'s.
+    """
+
+    family = "semi-amortized"
+
+    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", **kwargs):
+        super().__init__(model, **kwargs)
+        if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
+            raise AmortizedPyroError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
+                                     "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
+                                                     lr, grad, optimizer))
+        self.steps, self.lr, self.grad, self.optimizer = steps, lr, grad, optimizer
+
+    def _setup_local(self, indices, args, kwargs, device):
+        encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
+        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad, optimizer=self.optimizer)
+
+    def local_factor(self, indices, args, kwargs, theta):
+        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator,
+                        self._joint(indices, args, kwargs, theta), self.particles(theta))
+
+
+class AutoIterativeAmortizedNormal(_OnTheLocalElbo):
+    """Iterative amortized inference (Marino, Yue & Mandt 2018): the encoder's factor updated ``iterations``
+    times by a network of the features, the factor and the local ELBO's gradient there, each iteration's local
+    ELBO added to the training objective (their objective: every iteration trained, not only the last), θ held
+    fixed in the updates as SA-VI holds it; see :class:`~amortized_pyro.autoguides.factors.IterativeFactor`.
+    The gradient's z draws come from the global stream in training and from ``refinement_draws``' generator
+    where set (an evaluation the same every time).
+
+    :param int iterations: T (0: the amortized guide exactly).
+    :param int update_width: the update network's width (None: the encoder's ``width``); its depth is
+        ``layers``.
+
+    The other parameters are :class:`_OnTheLocalElbo`'s (``local_log_joint``) and :class:`AutoAmortizedNormal`'s.
+    """
+
+    family = "iterative"
+
+    def __init__(self, model, *, iterations=5, update_width=None, **kwargs):
+        super().__init__(model, **kwargs)
+        if iterations < 0 or (update_width is not None and update_width < 1):
+            raise AmortizedPyroError("iterative inference needs iterations >= 0 and update_width >= 1; got %r and %r"
+                                     % (iterations, update_width))
+        self.iterations, self.update_width = iterations, update_width
+
+    def _setup_local(self, indices, args, kwargs, device):
+        encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
+        with outside_the_stream():  # its initial weights leave the stream as A-VI's guide leaves it: T = 0 is A-VI
+            self.q_z = IterativeFactor(encoder, self.iterations, self.update_width or self.width, self.layers).to(
+                encoder.loc.weight.device)
+
+    def local_terms(self, indices, args, kwargs, theta):
+        return self.q_z.iterate(self.encoder_data(indices, args, kwargs), theta, self.refine_generator,
+                                self._joint(indices, args, kwargs, theta), self.particles(theta))
+
+    def local_factor(self, indices, args, kwargs, theta):
+        loc, scale, _ = self.local_terms(indices, args, kwargs, theta)
+        return loc, scale
+
+
+AUTOGUIDES = {cls.family: cls for cls in (AutoAmortizedNormal, AutoSemiAmortizedNormal, AutoIterativeAmortizedNormal,
+                                           AutoPerDatapointNormal, AutoSharedNormal)}
 """The builders by family name (the package's ``--guide`` choices), in display order."""

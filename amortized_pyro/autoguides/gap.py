@@ -32,6 +32,7 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
+    guide.check_gaussian("the gap")
     indices = guide.indices_of(*args, **kwargs)
     device = next(guide.parameters()).device
     generator = torch.Generator(device).manual_seed(settings.seed)

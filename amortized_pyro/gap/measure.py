@@ -34,6 +34,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
     ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
+    guide.check_gaussian("the gap")
     fit, score = draws_of_theta(model, guide, x, settings, seed)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
@@ -59,6 +60,7 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
     steps from it (the report's refinement rows; ``optimizer`` and ``lr``: the steps', default Adam at
     ``settings.refine_lr``): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
     settings = (settings or GapSettings()).check()
+    guide.check_gaussian("the guide's local ELBO")
     fit, score = draws_of_theta(model, guide, x, settings, seed)
     scored, chunk = score.at("score"), settings.chunk
     loc, scale = factor(guide, x, idx, fit.at("guide"))

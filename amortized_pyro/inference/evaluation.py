@@ -36,6 +36,12 @@ def factor(guide, x, idx=None, theta=None):
         return guide.local_factor(idx, (x, idx), {}, theta)
 
 
+def pushed(guide, v, x, idx):
+    """Values v of the Gaussian factor of images x through the guide's flow (as they are without one)."""
+    idx = torch.arange(x.shape[0], device=x.device) if idx is None else idx
+    return guide.push(v, idx, (x, idx), {})
+
+
 @torch.no_grad()
 def reconstruct(model, guide, x, idx=None):
     """The plug-in reconstruction m(Ω(E_q[z]; E_q[θ])) of images x (idx: their training indices, needed by
@@ -49,7 +55,7 @@ def reconstruct(model, guide, x, idx=None):
         q_z = factor(guide, x[rows], None if idx is None else idx[rows])
         if q_z is None:
             return None
-        chunks.append(model.mean_image(q_z[0], theta))
+        chunks.append(model.mean_image(pushed(guide, q_z[0], x[rows], None if idx is None else idx[rows]), theta))
     return torch.cat(chunks)
 
 
@@ -68,7 +74,7 @@ def predict(model, guide, x, idx, draws, generator):
         theta = guide.global_sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
-            total[rows] += model.mean_image(z, theta)
+            total[rows] += model.mean_image(pushed(guide, z, x[rows], None if idx is None else idx[rows]), theta)
     return total / draws
 
 

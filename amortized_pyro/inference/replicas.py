@@ -33,7 +33,7 @@ from amortized_pyro.inference.svi import DeviceTrace_ELBO, make_elbo, make_optim
 from amortized_pyro.inference.training import check_once, epoch_batches
 from amortized_pyro.support.streams import outside_the_stream, rng_states
 
-SUPPORTED = ("every guide but the semi-amortized (it refines inside the guide), particles = 1, estimator = trace, "
+SUPPORTED = ("every guide but the semi-amortized and iterative (they work on the local ELBO inside the guide), particles = 1, estimator = trace, "
              "decoder prior normal")
 
 
@@ -49,7 +49,7 @@ def check_pack(configs):
     if first.stop_window:
         raise InvalidSettings("replicas train every seed for the same epochs: early stopping (stop_window) would make "
                               "a replica other than the run of its seed", ["stop_window"])
-    if (first.guide == "semi-amortized" or first.particles != 1 or first.estimator != "trace"
+    if (first.guide in ("semi-amortized", "iterative") or first.particles != 1 or first.estimator != "trace"
             or first.decoder_prior != "normal"):
         raise InvalidSettings("replicas support %s (this run: guide %s, particles %d, estimator %s, decoder prior %s)"
                               % (SUPPORTED, first.guide, first.particles, first.estimator, first.decoder_prior),

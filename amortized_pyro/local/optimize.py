@@ -73,6 +73,19 @@ def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_facto
 REFINE_OPTIMIZERS = ("adam", "sgd-momentum")
 
 
+def noise_of(theta, generator=None):
+    """The z draws' source for a run of steps at ``theta``: ``generator`` for one θ, the draws' own
+    generators (made once, so that each step draws afresh) for :class:`~amortized_pyro.local.draws.Draws`."""
+    return theta.generators() if isinstance(theta, Draws) else generator
+
+
+def local_objective(log_joint, x, loc, log_scale, theta, draws, noise, chunk=CHUNK):
+    """Σ_n-ready L_n per image at (``loc``, ``log_scale``) [..., n, size], by ``draws`` z draws from ``noise``
+    (:func:`noise_of`): at one θ [..., n], or for Draws the mean over them of L_n(q; θ_m) [n]; on the autograd
+    graph of the factor (iterative amortized inference's per-iteration objective and its gradient input)."""
+    return sum(_objective(log_joint, x, loc, log_scale, theta, draws, noise, False, chunk))
+
+
 def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator, differentiable=False,
                           smooth=False, chunk=CHUNK, optimizer="adam"):
     """Steps of ``optimizer`` (Adam, or Kim et al.'s :class:`ClippedMomentum` for ``"sgd-momentum"``) on Σ_n L_n from (``loc``, ``log_scale``), ``draws`` z per image and step, at ``theta``: one θ
@@ -89,7 +102,7 @@ def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, genera
         stepper = SmoothAdam(tensors, lr, eps=lr, differentiable=differentiable)
     else:
         stepper = torch.optim.Adam(tensors, lr=lr)
-    noise = theta.generators() if isinstance(theta, Draws) else generator
+    noise = noise_of(theta, generator)
     with torch.enable_grad():
         while True:
             grads = None
@@ -163,7 +176,7 @@ def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, p
     stale, bad = (torch.zeros(shape, dtype=torch.long, device=like.device) for _ in range(2))
     rose_to = best.clone()  # each row's level at its last rise that counted
     window, sums = 0, [0, 0]
-    noise = theta.generators() if isinstance(theta, Draws) else generator
+    noise = noise_of(theta, generator)
     live_x, live_theta, among = x, theta, None  # the images computed (compact: those not yet stopped)
     for step in range(1, rule.max_steps + 1):
         params, grads, objective = adam.params, None, 0

@@ -5,6 +5,8 @@ q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the mo
     q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
         amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
         semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018)
+        iterative       encoder_φ(x_n), then T updates (IA-VI, Marino et al. 2018)
+                        by a network of the local ELBO's gradient
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
@@ -26,7 +28,8 @@ import torch
 import pyro
 
 from amortized_pyro.autoguides.factors import ENCODERS
-from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal)
+from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
+                                                AutoSemiAmortizedNormal, AutoSharedNormal)
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.decoder import data_plate
 from amortized_pyro.models.networks import LEAKY_SLOPE
@@ -35,16 +38,18 @@ from amortized_pyro.models.q_theta import THETA_INIT_SCALE, QThetaNormal, QTheta
 
 Family = namedtuple("Family", "name label encoder in_studies")
 FAMILIES = {f.name: f for f in (Family("amortized", "A-VI", True, True), Family("semi-amortized", "SA-VI", True, False),
+                                Family("iterative", "IA-VI", True, False),
                                 Family("per-datapoint", "F-VI", False, True),
                                 Family("shared", "constant-VI", False, True))}
 GUIDES = tuple(FAMILIES)  # the families, in display order
 ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
 
-def label(family, width=None, refine_steps=None, refine_grad="straight-through", refine_optimizer="adam"):
+def label(family, width=None, refine_steps=None, refine_grad="straight-through", refine_optimizer="adam",
+          iterations=None):
     """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
     refinement steps, where given; `` unrolled`` where the gradient goes through them, `` momentum`` where Kim
-    et al.'s SGD with momentum takes them), ``F-VI``,
+    et al.'s SGD with momentum takes them), ``IA-VI k=64 T=5`` (T: its iterations, where given), ``F-VI``,
     ``constant-VI``."""
     f = FAMILIES[family]
     if not f.encoder:
@@ -53,16 +58,21 @@ def label(family, width=None, refine_steps=None, refine_grad="straight-through",
     if family == "semi-amortized" and refine_steps is not None:
         name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
         name += " momentum" if refine_optimizer == "sgd-momentum" else ""
+    if family == "iterative" and iterations is not None:
+        name += " T=%d" % iterations
     return name
 
 
 def config_label(config):
     """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
     point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
-    name = label(config.guide, config.width, config.refine_steps, config.refine_grad, config.refine_optimizer)
+    name = label(config.guide, config.width, config.refine_steps, config.refine_grad, config.refine_optimizer,
+                 config.iterations)
     if config.decoder == "conv" or config.encoder == "conv":
         name += ", conv %s" % ("decoder and encoder" if config.decoder == config.encoder else
                                "decoder" if config.decoder == "conv" else "encoder")
+    if config.flow:
+        name += ", flow K=%d" % config.flow
     if config.decoder_prior == "none":
         name += ", point θ"
     if config.kl_weight != 1:
@@ -72,9 +82,10 @@ def config_label(config):
 
 def display_order(name):
     """A label's place in tables: A-VI by width, SA-VI by width (then refinement steps, straight-through
-    first), then F-VI, then constant-VI; anything a table appends to a label (``, N 2500``) last."""
+    first), IA-VI by width (then iterations), then F-VI, then constant-VI; anything a table appends to a label
+    (``, N 2500``) last."""
     labels = [f.label for f in FAMILIES.values()]
-    family, width, steps, rest = re.fullmatch(r"(%s)(?: k=(\d+))?(?: r=(\d+))?(.*)" % "|".join(map(re.escape, labels)),
+    family, width, steps, rest = re.fullmatch(r"(%s)(?: k=(\d+))?(?: [rT]=(\d+))?(.*)" % "|".join(map(re.escape, labels)),
                                               name).groups()
     return (labels.index(family), int(width or 0), int(steps or 0), rest)
 
@@ -90,6 +101,10 @@ class SemiAmortizedGuide(LocalModule, AutoSemiAmortizedNormal):
     """:class:`~amortized_pyro.autoguides.AutoSemiAmortizedNormal`, module-local."""
 
 
+class IterativeGuide(LocalModule, AutoIterativeAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoIterativeAmortizedNormal`, module-local."""
+
+
 class PerDatapointGuide(LocalModule, AutoPerDatapointNormal):
     """:class:`~amortized_pyro.autoguides.AutoPerDatapointNormal`, module-local."""
 
@@ -98,7 +113,8 @@ class SharedGuide(LocalModule, AutoSharedNormal):
     """:class:`~amortized_pyro.autoguides.AutoSharedNormal`, module-local."""
 
 
-BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, PerDatapointGuide, SharedGuide)}
+BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, IterativeGuide, PerDatapointGuide,
+                                        SharedGuide)}
 
 
 # The model's arguments (x, idx, kl_scale, x_all) as the builders' options read them: module-level functions,
@@ -129,12 +145,14 @@ def _every_image(x, idx, kl_scale=None, x_all=None):
 
 def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
-               refine_grad="straight-through", encoder="mlp", refine_optimizer="adam"):
+               refine_grad="straight-through", encoder="mlp", refine_optimizer="adam", iterations=5, flow=0):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
     :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
     ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
     (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``,
     ``refine_lr`` and ``refine_grad`` SA-VI's refinement (with the model's hand-written local log joint),
+    ``iterations`` the iterative guide's T (its update network as wide and deep as the encoder), ``flow`` K
+    flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
     ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
     ``mlp`` or ``conv``, on the model's ``image_shape``). A FitConfig checks these values before a run; here only what would
     otherwise fail obscurely is refused."""
@@ -158,6 +176,13 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
         options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint,
                        optimizer=refine_optimizer)
+    if family == "iterative":
+        options.update(iterations=iterations, local_log_joint=model.local_log_joint)
+    if flow:
+        if family in ("semi-amortized", "iterative"):
+            raise AmortizedPyroError("a flow (flow=%d) goes with the amortized, per-datapoint and shared guides, not "
+                                     "%s: its steps work on a Gaussian factor" % (flow, family))
+        options.update(flow=flow)
     guide = BUILDERS[family](model, **options)
     x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
     guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)

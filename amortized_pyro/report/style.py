@@ -5,12 +5,13 @@ from matplotlib.figure import Figure
 
 from amortized_pyro.models.guides import FAMILIES
 
-COLORMAPS = ("viridis", "plasma")  # one per encoder family, widths along it
-FAMILY_COLORS = dict(zip(FAMILIES, ("tab:blue", "tab:purple", "tab:red", "tab:gray")))  # a family's own colour
+COLORMAPS = ("viridis", "plasma", "cividis")  # one per encoder family (A-VI, SA-VI, IA-VI), widths along it
+FAMILY_COLORS = {"amortized": "tab:blue", "semi-amortized": "tab:purple", "iterative": "tab:green",
+                 "per-datapoint": "tab:red", "shared": "tab:gray"}  # a family's own colour
 
 
 def configuration_colors(names):
-    """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma), the other
+    """Each encoder family's widths along a colormap of its own (A-VI viridis, SA-VI plasma, IA-VI cividis), the other
     families in their colours (:data:`FAMILY_COLORS`: F-VI red, constant-VI gray), labels with more after
     them (``F-VI, point θ``) too."""
     colors = {f.label: FAMILY_COLORS[f.name] for f in FAMILIES.values() if not f.encoder}

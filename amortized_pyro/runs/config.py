@@ -66,7 +66,9 @@ class FitConfig(Checked):
     """Everything that defines a run; each field is one command-line option (``n_obs`` → ``--n-obs``)."""
 
     guide: str = setting("amortized", "Family of q(z_n): amortized (encoder, A-VI), semi-amortized (encoder, then "
-                         "--refine-steps of Adam per minibatch, SA-VI), per-datapoint (F-VI) or shared (constant-VI).",
+                         "--refine-steps of Adam per minibatch, SA-VI), iterative (encoder, then --iterations updates "
+                         "by a network of the local ELBO's gradient, IA-VI: Marino et al. 2018), per-datapoint (F-VI) "
+                         "or shared (constant-VI).",
                          choices=GUIDES, grid=True)
     width: int = setting(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
     encoder_layers: int = setting(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
@@ -83,6 +85,11 @@ class FitConfig(Checked):
                                     "2018's inner loop: momentum 0.5, each image's gradient clipped to norm 5; "
                                     "its learning rate --refine-lr, chosen by bench/refine_sweep.py).",
                                     choices=REFINE_OPTIMIZERS)
+    flow: int = setting(0, "Normalizing-flow transforms K after q(z_n)'s Gaussian factor (masked autoregressive, "
+                       "through Zuko; conditioned on the encoder's features for A-VI, unconditional for F-VI and "
+                       "constant-VI; they start as the identity); 0: Gaussian.", low=0)
+    iterations: int = setting(5, "Iterative: updates T of the encoder's factor by the update network, each "
+                             "iteration's local ELBO trained (0: A-VI exactly).", low=0)
     seed: int = setting(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
                        grid=True)
     dataset: str = setting("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "

@@ -34,7 +34,7 @@ def build(config, n_obs, x_dim, device, image_shape=None):
                                  decoder=config.decoder, image_shape=image_shape)
     guide = make_guide(config.guide, model, config.width, config.init_scale, config.encoder_layers, config.qz_init,
                        config.seed, config.refine_steps, config.refine_lr, config.encoder_slope, config.objective,
-                       config.refine_grad, config.encoder, config.refine_optimizer)
+                       config.refine_grad, config.encoder, config.refine_optimizer, config.iterations, config.flow)
     return model.to(device), guide.to(device)
 
 

@@ -1,0 +1,55 @@
+"""Normalizing flows on q(z_n) (Rezende & Mohamed 2015): K transforms after a family's Gaussian factor,
+
+    u_n = f_K ∘ … ∘ f_1(v_n),   v_n ~ N(μ_n, diag σ_n²),   log q(u_n) = log N(v_n; μ_n, σ_n) − Σ_k log |det ∂f_k|
+
+in the flat unconstrained layout of the local sites (:mod:`.structure`). Each f_k is Zuko's masked
+autoregressive transform (affine, Zuko's MADE hyper-network; Pyro's own flow development has moved to Zuko,
+pyro-ppl/pyro #3297), applied in the direction Zuko evaluates in one pass, so that a draw and its density
+cost one pass each: an inverse autoregressive flow (Kingma et al. 2016), the direction a guide needs (it
+scores only its own draws). Conditional on the encoder's features for the amortized family (their context),
+unconditional for the free ones. The hyper-networks' last layers start at zero: every f_k starts as the
+identity, so a flow guide starts as its Gaussian guide, exactly. Drawn in Pyro through its ``ZukoToPyro``
+bridge.
+"""
+import torch
+from torch import nn
+
+import pyro.distributions as dist
+import zuko
+from pyro.contrib.zuko import ZukoToPyro
+
+DEFAULT_FLOW_WIDTH = 64
+
+
+class LocalFlow(nn.Module):
+    """K masked autoregressive transforms on vectors of ``size``, conditioned on a context of ``context``
+    features (0: none), each with a hyper-network of two hidden layers of ``width``, the variables' order
+    reversed from one transform to the next; each starts as the identity (last layer zero)."""
+
+    def __init__(self, size, transforms, context=0, width=DEFAULT_FLOW_WIDTH):
+        super().__init__()
+        order = torch.arange(size)
+        self.transforms = nn.ModuleList(
+            zuko.flows.MaskedAutoregressiveTransform(size, context, order=order.flip(0) if k % 2 else order,
+                                                     hidden_features=(width, width)) for k in range(transforms))
+        with torch.no_grad():
+            for transform in self.transforms:
+                transform.hyper[-1].weight.zero_()
+                transform.hyper[-1].bias.zero_()
+
+    def push(self, v, context=None):
+        """(u, log |det ∂u/∂v|): v [..., size] through every transform; the log-determinant [...]."""
+        ladj = 0
+        for transform in self.transforms:
+            v, step = transform(context).call_and_ladj(v)
+            ladj = ladj + step
+        return v, ladj
+
+    def distribution(self, loc, scale, context=None):
+        """q(u) as a Pyro distribution: the Gaussian factor N(loc, scale) [..., size] pushed through the
+        transforms (event dim 1); its draws scored from their own pass (Pyro's ZukoToPyro caches it)."""
+        base = dist.Normal(loc, scale).to_event(1)
+        parts = [transform(context) for transform in self.transforms]
+        # Zuko's NormalizingFlow maps samples to the base: our f is its inverse, f^-1 = (f_K ∘ … ∘ f_1)^-1
+        inverse = zuko.transforms.ComposedTransform(*parts).inv
+        return ZukoToPyro(zuko.distributions.NormalizingFlow(inverse, base))
