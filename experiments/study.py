@@ -173,6 +173,8 @@ def runs_of(*labels, seeds=SEEDS, folder=INFORMATIVE, file="summary.json"):
 
 GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
 ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # experiments/architectures.sh's
+REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "sa-vi-5", "sa-vi-5-momentum",
+                "sa-vi-20")  # experiments/remedies.sh's
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
     ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
@@ -254,6 +256,17 @@ STUDIES = {study.name: study for study in (
           + [step for cell in ARCHITECTURE_CELLS for step in comparison_copies(
               "runs/architectures/%s" % cell, "figures/architectures/%s" % cell)],
           ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
+          "figures/remedies", "runs/remedies",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS)
+                               + ("--out", "figures/remedies", "--title", "Remedies")),
+                       Command(("python", "experiments/inference_costs.py")
+                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
+                               stdout="figures/remedies/inference.md")]
+          + [step for cell in REMEDY_CELLS for step in comparison_copies(
+              "runs/remedies/%s" % cell, "figures/remedies/%s" % cell)],
+          ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",
           lambda ctx: [Command(("python", "experiments/cap_check.py", ctx.one(run) + "/gap-test.json",

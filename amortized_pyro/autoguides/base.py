@@ -229,10 +229,19 @@ class AutoLocalGuide(AutoGuide):
         return None
 
     def check_gaussian(self, what):
-        """Refuse ``what`` in one line for a flow guide: it needs q* in the flow's own family."""
+        """Refuse ``what`` in one line for a flow guide (something that takes a Gaussian factor)."""
         if self.flow is not None:
-            raise AmortizedPyroError("%s of a flow guide (flow=%d) needs q* in the flow's own family, which is not "
-                                     "built yet: only Gaussian guides are measured" % (what, self.flow_transforms))
+            raise AmortizedPyroError("%s takes a Gaussian q(z_n); this guide has a flow (flow=%d): measure it with "
+                                     "`gap` (q* in its own family), without refinement rows"
+                                     % (what, self.flow_transforms))
+
+    @torch.no_grad()
+    def row_flow(self, indices, args, kwargs):
+        """The flow after the factor of the datapoints ``indices`` of this call with parameters of its own per
+        datapoint (:meth:`~.flows.LocalFlow.row_flow`: each starts as this guide's), or None without a flow."""
+        if self.flow is None:
+            return None
+        return self.flow.row_flow(len(indices), self.flow_context(indices, args, kwargs))
 
     def push(self, v, indices, args, kwargs):
         """Values v [..., B, size] of the Gaussian factor through the flow (as they are without one): the

@@ -13,10 +13,13 @@ bridge.
 """
 import torch
 from torch import nn
+from torch.func import functional_call
 
 import pyro.distributions as dist
 import zuko
 from pyro.contrib.zuko import ZukoToPyro
+
+from amortized_pyro.local.flows import RowFlow
 
 DEFAULT_FLOW_WIDTH = 64
 
@@ -37,13 +40,29 @@ class LocalFlow(nn.Module):
                 transform.hyper[-1].weight.zero_()
                 transform.hyper[-1].bias.zero_()
 
-    def push(self, v, context=None):
+    def forward(self, v, context=None):
         """(u, log |det ∂u/∂v|): v [..., size] through every transform; the log-determinant [...]."""
         ladj = 0
         for transform in self.transforms:
             v, step = transform(context).call_and_ladj(v)
             ladj = ladj + step
         return v, ladj
+
+    push = forward
+
+    def row_flow(self, rows, context=None):
+        """These transforms with parameters of their own per row, each row starting at this flow's (the gap's
+        flow-family q*, :class:`~amortized_pyro.local.flows.RowFlow`), for ``rows`` rows with ``context``
+        [rows, F] (or None): row n is then exactly this flow at context n."""
+        names, shapes = zip(*[(name, p.shape) for name, p in self.named_parameters()])
+        sizes = [shape.numel() for shape in shapes]
+
+        def apply(flat, v, c):
+            params = {name: part.reshape(shape) for name, part, shape in zip(names, flat.split(sizes), shapes)}
+            return functional_call(self, params, (v, c))
+
+        flat = torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+        return RowFlow(apply, flat.expand(rows, -1).clone(), None if context is None else context.detach())
 
     def distribution(self, loc, scale, context=None):
         """q(u) as a Pyro distribution: the Gaussian factor N(loc, scale) [..., size] pushed through the

@@ -32,7 +32,8 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
-    guide.check_gaussian("the gap")
+    if guide.flow is not None and refine_steps:
+        guide.check_gaussian("refinement")
     indices = guide.indices_of(*args, **kwargs)
     device = next(guide.parameters()).device
     generator = torch.Generator(device).manual_seed(settings.seed)
@@ -44,5 +45,5 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
         with torch.no_grad():
             factor = guide.local_factor(indices, args, kwargs, fit.at("guide"))
     result, _ = measure_factors(log_joint, placeholder, fit, score, factor, guide.structure.size, settings,
-                                refine_steps)
+                                refine_steps, flow=guide.row_flow(indices, args, kwargs))
     return result

@@ -34,14 +34,17 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
     ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
-    guide.check_gaussian("the gap")
+    if refine_steps and refine_steps != (0,):
+        guide.check_gaussian("refinement")
     fit, score = draws_of_theta(model, guide, x, settings, seed)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
-    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings, refine_steps,
-                                   progress, compact=True, coupling=not guide.global_is_point())
+    rows = torch.arange(x.shape[0], device=x.device) if idx is None else idx
+    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
+                                   () if guide.flow is not None else refine_steps, progress, compact=True,
+                                   coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}))
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
-        plugin = model.mean_image(best.loc, theta)
+        plugin = model.mean_image(best.loc if best.flow is None else best.flow.push(best.loc)[0], theta)
     result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
     return result
 

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 
 from amortized_pyro.local.estimates import CHUNK, broadcast_factor, draw_rows, normal_log_density
+from amortized_pyro.local.flows import pulled
 
 TARGET_ACCEPT = 0.65
 
@@ -33,19 +34,21 @@ def sigmoid_schedule(steps, sharpness=4.0):
     return ((s - s[0]) / (s[-1] - s[0])).tolist()
 
 
-def ais_log_marginal(log_joint, x, loc, scale, draws, steps, chains, leapfrog, chunk=CHUNK, bar=None):
+def ais_log_marginal(log_joint, x, loc, scale, draws, steps, chains, leapfrog, chunk=CHUNK, bar=None, flow=None):
     """log p̂(x_n | θ_m) [M, n] for every draw θ_m of ``draws`` (:class:`~amortized_pyro.local.draws.Draws`) by AIS
     from N(loc, scale²) ([n, size], or [M, n, size]: one proposal per draw) with ``steps`` annealing steps of
     one HMC transition (``leapfrog`` integrator steps) and ``chains`` chains per image and draw, the draws
     in spans of at most ``chunk`` rows (the same numbers whatever the chunk). ``bar``: a tqdm progress bar,
-    advanced by every annealing step."""
+    advanced by every annealing step. ``flow``: the proposal is N(loc, scale²) pushed through its transforms
+    (:class:`~amortized_pyro.local.flows.RowFlow`): the path then runs in the Gaussian's space, to the
+    pulled-back posterior, whose normalizer is p(x_n | θ_m) still."""
     n = loc.shape[-2]
     out = []
     spans = draws.chunks(chains * n, chunk)
     if bar is not None:
         bar.reset(total=steps * len(spans))
     for start, stop in spans:
-        log_w = ais_log_weights(log_joint, x, draw_rows(loc, start, stop), draw_rows(scale, start, stop),
+        log_w = ais_log_weights(pulled(log_joint, flow, start, stop), x, draw_rows(loc, start, stop), draw_rows(scale, start, stop),
                                 draws.part(start, stop), steps, chains, leapfrog, bar)
         out.append(torch.logsumexp(log_w, 1) - math.log(chains))
     return torch.cat(out)

@@ -14,6 +14,8 @@ import math
 
 import torch
 
+from amortized_pyro.local.flows import pulled
+
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 CHUNK = 2 ** 15  # rows (θ draws × z draws × images) per decoder call: about 170 MB at the reference size
@@ -54,10 +56,11 @@ def draw_rows(t, start, stop):
 
 
 @torch.no_grad()
-def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUNK):
+def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUNK, flow=None):
     """For every draw θ_m of ``draws`` and image, over ``samples`` z ~ q from θ_m's generator: the mean of the
     log weights (``reduce="mean"``: L_n(q; θ_m)) or their log-mean-exp (``"logmeanexp"``: the
-    importance-weighted bound on log p(x_n | θ_m)). Returns [M, n]. The factor is [n, size] or [M, n, size]."""
+    importance-weighted bound on log p(x_n | θ_m)). Returns [M, n]. The factor is [n, size] or [M, n, size],
+    followed by ``flow``'s transforms where given (:class:`~amortized_pyro.local.flows.RowFlow`)."""
     n, size = loc.shape[-2:]
     out = []
     for start, stop in draws.chunks(samples * n, chunk):
@@ -65,7 +68,8 @@ def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUN
         eps = part.normal(part.generators(), (samples, n, size), loc.dtype)  # each draw's, whatever the chunk
         f_loc, f_scale = draw_rows(loc, start, stop), draw_rows(scale, start, stop)
         step = max(1, chunk // ((stop - start) * n))
-        pieces = [draw_log_weights(log_joint, x, f_loc, f_scale, part.values, eps[:, s:s + step])
+        joint = pulled(log_joint, flow, start, stop)
+        pieces = [draw_log_weights(joint, x, f_loc, f_scale, part.values, eps[:, s:s + step])
                   for s in range(0, samples, step)]
         if reduce == "mean":
             out.append(sum(w.sum(1) for w in pieces) / samples)
@@ -74,6 +78,6 @@ def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUN
     return torch.cat(out)
 
 
-def local_elbo(log_joint, x, loc, scale, draws, samples, chunk=CHUNK):
+def local_elbo(log_joint, x, loc, scale, draws, samples, chunk=CHUNK, flow=None):
     """L_n(q) per image [n]: the mean over the draws θ_m of L_n(q; θ_m), each by ``samples`` z draws."""
-    return per_draw(log_joint, x, loc, scale, draws, samples, "mean", chunk).mean(0)
+    return per_draw(log_joint, x, loc, scale, draws, samples, "mean", chunk, flow).mean(0)

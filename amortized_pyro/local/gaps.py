@@ -127,7 +127,7 @@ def summarize(values):
 
 
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
-                    compact=False, coupling=True):
+                    compact=False, coupling=True, flow=None):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local.estimates`), ``fit`` and
     ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
@@ -135,8 +135,14 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     images leave the optimizations once stopped, where the log joint of some images is theirs alone
     (:func:`~amortized_pyro.local.optimize.converge`); ``coupling=False``: q(θ) is a point mass, so there is
     no coupling term (no q*_m: the coupling gap and L(q*_m) are None, the approximation gap is against
-    L(q*)). Returns (the
-    result dict, q*'s :class:`~amortized_pyro.local.optimize.Optimum`)."""
+    L(q*)); ``flow``: the guide's factor is ``factor`` followed by these transforms
+    (:class:`~amortized_pyro.local.flows.RowFlow`, its parameters per image: the guide's own), and q* and the
+    q*_m are the best members of that flow family per image, started from the guide's (Cremer et al.'s
+    q*_Flow); the best Gaussian factor is found beside them (``elbo_optimized_gaussian``; ``flow_gain``: how
+    far the flow family's q* rises above it). Returns (the result dict, q*'s
+    :class:`~amortized_pyro.local.optimize.Optimum`)."""
+    if flow is not None and refine_steps:
+        raise ValueError("refinement rows are Adam steps on a Gaussian factor; a flow guide has none")
     rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
     n = x.shape[0]
     start = factor if factor is not None else (torch.zeros(n, size, device=x.device),
@@ -146,29 +152,41 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
 
     with bar("q*") as q_bar:
         best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
-                        settings.step_samples, compact=compact, chunk=chunk, bar=q_bar)
+                        settings.step_samples, compact=compact, chunk=chunk, bar=q_bar, flow=flow)
+    gaussian = None
+    if flow is not None:
+        with bar("Gaussian q*") as g_bar:
+            gaussian = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
+                                settings.step_samples, compact=compact, chunk=chunk, bar=g_bar)
     per_theta = best
     if coupling:
         with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
             per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
-                                 settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar)
+                                 settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar,
+                                 flow=best.flow)
     scored = score.at("score")
-    elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk)
+    elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk, best.flow)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
-    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk).mean(0) if coupling else None
-    log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk).mean(0)
+    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk,
+                              per_theta.flow).mean(0) if coupling else None
+    log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk,
+                      per_theta.flow).mean(0)
     log_px_ais = None
     if settings.ais_steps:
         with bar("AIS") as ais_bar:
             log_px_ais = ais_log_marginal(log_joint, x, *q_m, fit.at("ais"), settings.ais_steps, settings.ais_chains,
-                                          settings.leapfrog, chunk, ais_bar).mean(0)
-    elbo_guide = local_elbo(log_joint, x, *start, scored, samples, chunk) if factor is not None else None
+                                          settings.leapfrog, chunk, ais_bar, per_theta.flow).mean(0)
+    elbo_guide = local_elbo(log_joint, x, *start, scored, samples, chunk, flow) if factor is not None else None
+    elbo_gaussian = None if gaussian is None else local_elbo(log_joint, x, gaussian.loc, gaussian.log_scale.exp(),
+                                                             scored, samples, chunk)
     per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
                  "log_px": log_px, "log_px_ais": log_px_ais,
                  "amortization_gap": None if elbo_guide is None else elbo_optimized - elbo_guide,
                  "coupling_gap": elbo_per_theta - elbo_optimized if coupling else None,
                  "approximation_gap": log_px - (elbo_per_theta if coupling else elbo_optimized),
                  "iwae_minus_ais": None if log_px_ais is None else log_px - log_px_ais}
+    if flow is not None:  # the flow family's q* beside the best Gaussian factor
+        per_image.update(elbo_optimized_gaussian=elbo_gaussian, flow_gain=elbo_optimized - elbo_gaussian)
     refined = []
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         if k:
@@ -186,6 +204,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                               "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
                   estimator="fresh score draws", coupling=coupling,
+                  q_family="gaussian" if flow is None else "flow",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
                   refine_steps=list(refine_steps), refinement=refined,
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})

@@ -11,6 +11,7 @@ import torch
 from amortized_pyro.local.steppers import ClippedMomentum, RowAdam, SmoothAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, weights
+from amortized_pyro.local.flows import pulled
 
 
 @dataclass
@@ -39,33 +40,36 @@ class StoppingRule:
 @dataclass
 class Optimum:
     """What :func:`converge` found: per row the best iterate (loc, log σ), the steps it took, and whether
-    it was stopped by the cap rather than by the rule (its L_n is then a lower bound on the converged one)."""
+    it was stopped by the cap rather than by the rule (its L_n is then a lower bound on the converged one), and
+    for a flow factor its transforms' best parameters (a :class:`~amortized_pyro.local.flows.RowFlow`)."""
 
     loc: torch.Tensor
     log_scale: torch.Tensor
     steps: torch.Tensor
     capped: torch.Tensor
+    flow: object = None
 
 
-def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None):
+def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None, flow=None):
     """This step's objective, in parts (one per span of θ draws, made as they are consumed, so that one
     part's graph lives at a time), for the images x and their factors ``loc``, ``log_scale``: one θ: [n], z
     from ``noise`` (a generator). Draws: the mean over them of each L_n(q; θ_m) ([n] in parts that add up),
     or with ``per_draw_factor`` each one ([M, n]); ``noise`` the draws' generators. ``among``: (indices, N)
     where x (and θ's per-image values) are the images ``indices`` of N; the z draws are then made for all N
-    and taken at the indices, so that an image's numbers do not depend on which others are computed beside it."""
+    and taken at the indices, so that an image's numbers do not depend on which others are computed beside it.
+    ``flow``: the factor's transforms (:class:`~amortized_pyro.local.flows.RowFlow`, parameters per row)."""
     images, n = among if among is not None else (None, x.shape[0])
     size = loc.shape[-1]
     live = (lambda t: t) if images is None else (lambda t: t[..., images, :])
     if not isinstance(theta, Draws):
         eps = live(torch.randn((draws,) + loc.shape[:-2] + (n, size), generator=noise, device=loc.device))
-        yield weights(log_joint, x, loc, log_scale.exp(), theta, eps).mean(0)
+        yield weights(pulled(log_joint, flow), x, loc, log_scale.exp(), theta, eps).mean(0)
         return
     rows = draws * x.shape[0]
     for start, stop in ([(0, len(theta))] if per_draw_factor else theta.chunks(rows, chunk)):
         eps = live(theta.normal(noise[start:stop], (draws, n, size), loc.dtype))
         values = {k: v[start:stop] for k, v in theta.values.items()}
-        w = draw_log_weights(log_joint, x, draw_rows(loc, start, stop), draw_rows(log_scale, start, stop).exp(),
+        w = draw_log_weights(pulled(log_joint, flow, start, stop), x, draw_rows(loc, start, stop), draw_rows(log_scale, start, stop).exp(),
                              values, eps).mean(1)
         yield w if per_draw_factor else w.sum(0) / len(theta)
 
@@ -136,7 +140,7 @@ def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=No
 
 
 def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=None, per_draw=False, compact=False,
-             chunk=CHUNK, bar=None):
+             chunk=CHUNK, bar=None, flow=None):
     """Adam on L_n from (loc, log σ) [n, size] for every image at once until each row has stopped by
     ``rule`` (a :class:`StoppingRule`) or the cap. A row is an image, or with ``per_draw`` a pair of image and
     θ draw; each has its own learning rate, halvings, stopping and best iterate, so that its numbers do not
@@ -146,44 +150,52 @@ def converge(log_joint, x, loc, log_scale, theta, lr, rule, draws=1, generator=N
     the draws ([M, n, …]). ``compact``: an image leaves the computation once its rows have stopped; right
     where ``log_joint(x[idx], z, theta.images(idx))`` is the rows idx of the whole (the package's model; not
     a log joint that reads the data from elsewhere). One host sync per window. ``bar``: a tqdm progress bar,
-    advanced by the steps of every window. Returns an :class:`Optimum`."""
+    advanced by the steps of every window. ``flow``: a flow factor, the transforms' parameters per image
+    (:class:`~amortized_pyro.local.flows.RowFlow`, [n, P]) optimized with (loc, log σ) (the flow family's q*
+    and q*_m). Returns an :class:`Optimum`."""
     if not per_draw:
         if bar is not None:
             bar.reset(total=rule.max_steps)
         best = _converge(log_joint, x, loc[None], log_scale[None], theta, lr, rule, draws, generator, False, compact,
-                         chunk, bar)
-        return Optimum(best.loc[0], best.log_scale[0], best.steps[0], best.capped[0])
+                         chunk, bar, None if flow is None else flow.with_params(flow.params[None]))
+        return Optimum(best.loc[0], best.log_scale[0], best.steps[0], best.capped[0],
+                       None if flow is None else best.flow.with_params(best.flow.params[0]))
     n = loc.shape[-2]
     chunks = theta.chunks(draws * n, chunk)
     if bar is not None:
         bar.reset(total=rule.max_steps * len(chunks))
     spans = [_converge(log_joint, x, loc.expand(stop - start, *loc.shape), log_scale.expand(stop - start,
-                       *log_scale.shape), theta.part(start, stop), lr, rule, draws, None, True, compact, chunk, bar)
+                       *log_scale.shape), theta.part(start, stop), lr, rule, draws, None, True, compact, chunk, bar,
+                       None if flow is None else flow.with_params(flow.params.expand(stop - start, *flow.params.shape)))
              for start, stop in chunks]
-    return Optimum(*(torch.cat([getattr(s, f) for s in spans]) for f in ("loc", "log_scale", "steps", "capped")))
+    fields = [torch.cat([getattr(s, f) for s in spans]) for f in ("loc", "log_scale", "steps", "capped")]
+    return Optimum(*fields, None if flow is None else flow.with_params(torch.cat([s.flow.params for s in spans])))
 
 
-def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, per_draw_factor, compact, chunk, bar):
-    """:func:`converge` for the rows of ``loc``, ``log_scale`` [R, n, size] (R = 1, or the draws')."""
+def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, per_draw_factor, compact, chunk, bar,
+              flow=None):
+    """:func:`converge` for the rows of ``loc``, ``log_scale`` [R, n, size] (R = 1, or the draws'), and of a
+    flow's parameters [R, n, P] where given."""
     shape, like = loc.shape[:2], loc
     best = torch.full(shape, -math.inf, dtype=like.dtype, device=like.device)
     steps = torch.full(shape, rule.max_steps, dtype=torch.long, device=like.device)
     running = torch.ones(shape, dtype=torch.bool, device=like.device)
-    best_loc, best_log_scale = loc.detach().clone(), log_scale.detach().clone()
+    start = [loc, log_scale] + ([flow.params] if flow is not None else [])
+    best_params = [t.detach().clone() for t in start]
     images = torch.arange(shape[1], device=like.device)  # the images still computed
-    adam = RowAdam([loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()],
+    adam = RowAdam([t.detach().clone().requires_grad_() for t in start],
                    torch.full(shape + (1,), float(lr), dtype=like.dtype, device=like.device))
     stale, bad = (torch.zeros(shape, dtype=torch.long, device=like.device) for _ in range(2))
     rose_to = best.clone()  # each row's level at its last rise that counted
-    window, sums = 0, [0, 0]
+    window, sums = 0, [0] * len(start)
     noise = noise_of(theta, generator)
-    live_x, live_theta, among = x, theta, None  # the images computed (compact: those not yet stopped)
+    live_x, live_theta, among, live_flow = x, theta, None, flow  # the images computed (compact: those not stopped)
     for step in range(1, rule.max_steps + 1):
         params, grads, objective = adam.params, None, 0
         with torch.enable_grad():
-            for part in _objective(log_joint, live_x, params[0] if per_draw_factor else params[0][0],
-                                   params[1] if per_draw_factor else params[1][0], live_theta, draws, noise,
-                                   per_draw_factor, chunk, among):
+            rows = params if per_draw_factor else [p[0] for p in params]
+            for part in _objective(log_joint, live_x, rows[0], rows[1], live_theta, draws, noise, per_draw_factor,
+                                   chunk, among, None if flow is None else live_flow.with_params(rows[2])):
                 part_grads = torch.autograd.grad(-part.sum(), params)  # one backward pass per span of draws
                 grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
                 objective = objective + part.detach()
@@ -194,12 +206,12 @@ def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, p
         if step % rule.window:
             continue
         live = images if compact else slice(None)
-        mean, (avg_loc, avg_log_scale) = window / rule.window, (total / rule.window for total in sums)
-        window, sums = 0, [0, 0]
+        mean, averages = window / rule.window, [total / rule.window for total in sums]
+        window, sums = 0, [0] * len(start)
         higher = running[:, live] & (mean > best[:, live])
         best[:, live] = torch.where(higher, mean, best[:, live])
-        best_loc[:, live] = torch.where(higher[..., None], avg_loc, best_loc[:, live])
-        best_log_scale[:, live] = torch.where(higher[..., None], avg_log_scale, best_log_scale[:, live])
+        for kept, average in zip(best_params, averages):
+            kept[:, live] = torch.where(higher[..., None], average, kept[:, live])
         rose = mean > rose_to[:, live] + rule.tolerance  # a rise that counts: above the tolerance
         rose_to[:, live] = torch.where(rose, mean, rose_to[:, live])
         stale[:, live] = torch.where(rose, 0, stale[:, live] + 1)
@@ -222,4 +234,6 @@ def _converge(log_joint, x, loc, log_scale, theta, lr, rule, draws, generator, p
                 adam.keep(keep.nonzero().squeeze(-1))
                 live_x, among = x[images], (images, x.shape[0])
                 live_theta = theta.images(images) if isinstance(theta, Draws) else theta
-    return Optimum(best_loc, best_log_scale, steps, running)
+                live_flow = None if flow is None else flow.images(images)
+    return Optimum(best_params[0], best_params[1], steps, running,
+                   None if flow is None else flow.with_params(best_params[2]))

@@ -10,7 +10,7 @@ from amortized_pyro.study.results import PLATEAU_FRACTION
 
 REFINE_COLUMNS = COMPARE_REFINE[1:]  # refinement steps shown in gap tables: those compare measures
 GAP_QUANTITIES = ("elbo_guide", "elbo_optimized", "elbo_per_theta", "log_px", "log_px_ais", "amortization_gap",
-                  "coupling_gap", "approximation_gap", "iwae_minus_ais")
+                  "coupling_gap", "approximation_gap", "iwae_minus_ais", "elbo_optimized_gaussian", "flow_gain")  # the last two: a flow guide's only
 
 
 def plus_minus(value, fmt="%.1f"):
@@ -59,7 +59,7 @@ def format_gap(report):
         report["optimizer_steps"]),
         "| quantity | mean (nats/image) | standard error |", "|---|---|---|"]
     for name in GAP_QUANTITIES:
-        if name not in report:  # a report of an earlier version
+        if name not in report:  # a report of an earlier version, or a flow's quantity in a Gaussian guide's
             continue
         value = report[name]
         lines.append("| %s | %s | %s |" % (name, missing(name, report) if value is None else
@@ -68,6 +68,10 @@ def format_gap(report):
         lines.append("| gap left after %d refinement steps | %.3f | %.3f |" % (row["steps"], row["gap_left"]["mean"],
                                                                             row["gap_left"]["stderr"]))
     lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
+    if report.get("q_family") == "flow":
+        lines.append("q* and the q*_m are the best members of the guide's flow family per image (started from its "
+                     "own transforms); elbo_optimized_gaussian is the best Gaussian factor's L, flow_gain = L(q*) − it: "
+                     "what the flow family adds at the optimum")
     if "capped" in report:
         lines.append("standard errors over %s" % report["stderr_over"])
         n = report["n_images"]
