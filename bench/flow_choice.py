@@ -7,7 +7,7 @@ A-VI k = 64, B = 250) for --steps SVI steps in alternating blocks of --block ste
 CPU falls on both alike); reported: ms per step (median of the blocks' means) and the ELBO per image on the
 training images at the end (--particles draws of Trace_ELBO, mean ± s.e.).
 
-    OMP_NUM_THREADS=1 python bench/flow_choice.py > bench/results/flow-choice-DATE.md
+    OMP_NUM_THREADS=1 python bench/flow_choice.py [--seed S] > bench/results/flow-choice-DATE.md
 """
 import argparse
 import statistics
@@ -55,7 +55,7 @@ class PyroLocalFlow(nn.Module):
 def guide_with(kind, args, data):
     config = FitConfig(guide="amortized", width=64, flow=args.transforms, z_dim=args.z_dim, obs_scale=0.1,
                        init_scale=1e-3, n_obs=args.n_obs, batch_size=250, lr=3e-3)
-    pyro.set_rng_seed(0)
+    pyro.set_rng_seed(args.seed)
     model, guide = build(config, args.n_obs, data.train.shape[1], torch.device("cpu"))
     width = args.width
     if kind == "pyro":
@@ -76,6 +76,7 @@ def main():
     parser.add_argument("--z-dim", type=int, default=16)
     parser.add_argument("--n-obs", type=int, default=1000)
     parser.add_argument("--particles", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0, help="the model's and guides' initialization")
     args = parser.parse_args()
     data = load_data("mnist-sample", n_obs=args.n_obs, n_test=0, log=lambda *a: None)
     x, runs = data.train, {}
@@ -83,7 +84,7 @@ def main():
         model, guide = guide_with(kind, args, data)
         runs[kind] = dict(model=model, guide=guide, elbo=make_elbo()(model, guide),
                           optimizer=make_optimizer(guide, 3e-3), times=[], done=0,
-                          generator=torch.Generator().manual_seed(1))
+                          generator=torch.Generator().manual_seed(args.seed + 1))
     while any(r["done"] < args.steps for r in runs.values()):
         for r in runs.values():
             began = time.perf_counter()
@@ -92,8 +93,8 @@ def main():
                 step(r["elbo"], r["optimizer"], x[idx], idx)
             r["times"].append((time.perf_counter() - began) / args.block)
             r["done"] += args.block
-    print("| flow (K = %d, hidden %d × 2, z_dim %d) | ms per SVI step | ELBO per image after %d steps |" % (
-        args.transforms, args.width, args.z_dim, args.steps))
+    print("| flow (K = %d, hidden %d × 2, z_dim %d, seed %d) | ms per SVI step | ELBO per image after %d steps |" % (
+        args.transforms, args.width, args.z_dim, args.seed, args.steps))
     print("|---|---|---|")
     for kind, r in runs.items():
         with torch.no_grad():
