@@ -3,6 +3,8 @@ guide exactly; a flow guide's ELBO on one draw equals a handwritten one (the Gau
 log-determinant of the flow's Jacobian, taken here by autograd, not by Zuko, and the support map's); the gap's
 flow factors (parameters per image) score as the module does, image by image; q* in the flow family beats the
 best Gaussian where the posterior is not Gaussian; the package trains a flow and `gap` measures it."""
+import json
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -183,6 +185,11 @@ def test_the_package_trains_a_flow_and_gap_measures_it_in_its_family(tmp_path):
     gap = CliRunner().invoke(cli, ["gap", str(out), *small])
     assert gap.exit_code == 0, gap.output
     assert "| flow_gain |" in gap.output and "best members of the guide's flow family" in gap.output
+    from amortized_pyro.report.tables import format_reports
+    report = json.loads((out / "gap.json").read_text())
+    assert "| L(q*_Gaussian) | flow gain |" in format_reports([report])  # the gathered table says it too
+    gaussian = {k: v for k, v in report.items() if k not in ("elbo_optimized_gaussian", "flow_gain", "q_family")}
+    assert "flow gain" not in format_reports([gaussian])
     refined = CliRunner().invoke(cli, ["gap", str(out), *small, "--refine-steps", "5", "--out", str(tmp_path / "r")])
     assert refined.exit_code == 1 and "refinement takes a Gaussian q(z_n)" in refined.output
     assert "Traceback" not in refined.output

@@ -116,6 +116,16 @@ def format_reports(reports):
             plus_minus(row["elbo_optimized"]), mark, plus_minus(row["log_px"]), plus_minus(row["log_px_ais"]), plus_minus(amortization), tail,
             plus_minus(row["coupling_gap"]), plus_minus(row["approximation_gap"]), " / ".join(plus_minus(refined[k]) for k in REFINE_COLUMNS),
             sum(r["optimized_plugin_mse"] for r in group) / len(group)))
+    flows = [(label, split, gap_over_seeds(group, "elbo_optimized_gaussian"), gap_over_seeds(group, "flow_gain"))
+             for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]),
+                                                                                    item[0][1] != "train"))
+             if any(r.get("q_family") == "flow" for r in group)]
+    if flows:
+        lines.append("\nA flow guide's q* and q*_m are the best members of its flow family per image; beside them the "
+                     "best Gaussian factor (L(q*_Gaussian)) and the flow family's rise above it (flow gain = L(q*) − "
+                     "L(q*_Gaussian)):\n\n| configuration | split | L(q*_Gaussian) | flow gain |\n|---|---|---|---|")
+        lines += ["| %s | %s | %s | %s |" % (label, split, plus_minus(best), plus_minus(gain))
+                  for label, split, best, gain in flows]
     if capped:
         images = sum(r["n_images"] for r in reports)
         pairs = sum(r["n_images"] * r["settings"].get("theta_draws", 1) for r in reports)
