@@ -259,3 +259,18 @@ def test_speed_counts_leaving_the_mean_image_not_an_absolute_mse(tmp_path):
     assert "not reached" in format_summary(results.summary()).splitlines()[3]
     speed = plots.speed_figure(results, tmp_path / "speed.png")
     assert [t.get_text() for t in speed.axes[0].texts] == ["1/1 seeds", "0/1 seeds"]
+
+
+def test_compare_measures_a_flow_guides_gaps_without_refinement_rows(tmp_path, monkeypatch):
+    """compare --gap-images on a flow guide: its factor is not Gaussian, so its reports have q* in its own
+    family and no refinement rows (a Gaussian guide's reports have them); the summary shows both."""
+    args = ["compare", "--dataset", "mnist-sample", "--guides", "amortized", "--widths", "4", "--seeds", "0",
+            "--n-obs", "50", "--n-test", "10", "--hidden", "16", "--z-dim", "2", "--gap-images", "2", "--epochs", "2",
+            "--predictive-draws", "0", "--no-progress"]
+    monkeypatch.setattr(comparison, "COMPARE_GAP", SMALL_GAP)
+    for flow, out in ((["--flow", "2"], tmp_path / "flow"), ([], tmp_path / "gaussian")):
+        result = run_cli(args + flow + ["--out", str(out)])
+        assert result.exit_code == 0, result.output
+        report = json.loads(next(out.glob("runs/*/*/gap-test.json")).read_text())
+        assert report["refine_steps"] == ([] if flow else list(comparison.COMPARE_REFINE))
+        assert ("flow_gain" in report) == bool(flow)

@@ -73,6 +73,7 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
     (:func:`amortized_pyro.gap.measure.measure_run`) and saved there. A report of another run (retrained,
     extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``."""
     reports = []
+    refine_steps = () if job.config.flow else COMPARE_REFINE  # a flow's factor is not Gaussian: no refinement rows
     run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
     for split in ("train", "test"):
         path = gap_report_path(job.run_dir, split)
@@ -82,13 +83,13 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
             if (report.get("run_id"), report.get("trained_epochs")) != run:
                 log("%s was measured on another state of the run: measuring again" % path)
             elif (report["settings"], report["n_images"], report.get("refine_steps")) == \
-                    (asdict(settings), images, list(COMPARE_REFINE)):
+                    (asdict(settings), images, list(refine_steps)):
                 reports.append(report)
                 continue
             elif not overwrite:
                 raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
         log("measuring the gaps of %s on %s images" % (job.name(), split))
-        report = measure_run(job.run_dir, split, n_images, settings, COMPARE_REFINE, job.config.device, log)
+        report = measure_run(job.run_dir, split, n_images, settings, refine_steps, job.config.device, log)
         write_report(path, report)
         reports.append(report)
     return reports
