@@ -53,7 +53,7 @@ class LocalFlow(nn.Module):
     def row_flow(self, rows, context=None):
         """These transforms with parameters of their own per row, each row starting at this flow's (the gap's
         flow-family q*, :class:`~amortized_pyro.local.flows.RowFlow`), for ``rows`` rows with ``context``
-        [rows, F] (or None): row n is then exactly this flow at context n."""
+        [rows, F] (or None): row n is then exactly this flow at context n; its identity: the last layers zeroed."""
         names, shapes = zip(*[(name, p.shape) for name, p in self.named_parameters()])
         sizes = [shape.numel() for shape in shapes]
 
@@ -62,7 +62,9 @@ class LocalFlow(nn.Module):
             return functional_call(self, params, (v, c))
 
         flat = torch.cat([p.detach().reshape(-1) for p in self.parameters()])
-        return RowFlow(apply, flat.expand(rows, -1).clone(), None if context is None else context.detach())
+        last = {id(p) for transform in self.transforms for p in transform.hyper[-1].parameters()}
+        identity = torch.cat([p.detach().reshape(-1) * (id(p) not in last) for p in self.parameters()])
+        return RowFlow(apply, flat.expand(rows, -1).clone(), None if context is None else context.detach(), identity)
 
     def distribution(self, loc, scale, context=None):
         """q(u) as a Pyro distribution: the Gaussian factor N(loc, scale) [..., size] pushed through the

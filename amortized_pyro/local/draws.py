@@ -8,7 +8,7 @@ phase made.
 """
 import torch
 
-PHASES = ("fit", "fit-per-draw", "score", "iwae", "ais", "guide", "refine")
+PHASES = ("fit", "fit-per-draw", "score", "iwae", "ais", "guide", "refine", "select")  # select: the flow q*'s choice
 _GOLDEN = 0x9E3779B97F4A7C15  # spreads (key, phase) over the seeds' range
 
 

@@ -18,13 +18,17 @@ class RowFlow:
     """Transforms with parameters of their own per row: ``apply(φ, v, c)`` → (f(v), log |det ∂f/∂v|) for one
     row's flat parameters φ [P], values v [..., size] and context c [F] (or None), and the rows' parameters
     ``params``: [n, P] (one per image) or [M, n, P] (one per image and θ draw), with ``context`` [n, F] per
-    image or None."""
+    image or None; ``identity`` [P]: parameters with which every transform is the identity."""
 
-    def __init__(self, apply, params, context=None):
-        self.apply, self.params, self.context = apply, params, context
+    def __init__(self, apply, params, context=None, identity=None):
+        self.apply, self.params, self.context, self.identity = apply, params, context, identity
 
     def with_params(self, params):
-        return RowFlow(self.apply, params, self.context)
+        return RowFlow(self.apply, params, self.context, self.identity)
+
+    def at_identity(self):
+        """The same rows with every transform the identity: the flow factor is then its Gaussian factor."""
+        return self.with_params(self.identity.expand_as(self.params).clone())
 
     def rows(self, start, stop):
         """The draws [start, stop) of per-draw parameters ([M, n, P]); one set for every draw as it is."""
@@ -32,7 +36,7 @@ class RowFlow:
 
     def images(self, idx):
         """The images ``idx`` (of the context; the parameters are the caller's to index)."""
-        return RowFlow(self.apply, self.params, None if self.context is None else self.context[idx])
+        return RowFlow(self.apply, self.params, None if self.context is None else self.context[idx], self.identity)
 
     def push(self, v):
         """(f(v), log |det|) for v [*lead, n, size]: each image's own transforms (and each draw's, where the

@@ -46,7 +46,7 @@ Every random draw has an explicit key (:mod:`amortized_pyro.local.draws`): the n
 draws are batched or taken one at a time (``chunk``).
 """
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -54,7 +54,7 @@ from tqdm.auto import tqdm
 from amortized_pyro.local.ais import ais_log_marginal
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw
-from amortized_pyro.local.optimize import StoppingRule, converge, refine
+from amortized_pyro.local.optimize import Optimum, StoppingRule, converge, refine
 from amortized_pyro.settings import Checked, setting
 
 THETA_MODES = ("sample", "mean")
@@ -126,6 +126,23 @@ def summarize(values):
     return {"mean": values.mean().item(), "stderr": stderr}
 
 
+def best_per_image(log_joint, x, draws, samples, chunk, candidates):
+    """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` (flow factors all) of highest
+    L_n on ``draws`` (the fitting θ draws with z draws of their own, not the score draws, so that the choice
+    does not select on the noise the reported L(q*) is estimated with)."""
+    values = torch.stack([local_elbo(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, chunk, c.flow)
+                          for c in candidates])
+    pick = values.argmax(0)
+
+    def chosen(tensors):
+        stacked = torch.stack(tensors)
+        return stacked.gather(0, pick.view(1, -1, *([1] * (stacked.dim() - 2))).expand(1, *stacked.shape[1:]))[0]
+
+    return Optimum(chosen([c.loc for c in candidates]), chosen([c.log_scale for c in candidates]),
+                   chosen([c.steps for c in candidates]), chosen([c.capped for c in candidates]),
+                   candidates[0].flow.with_params(chosen([c.flow.params for c in candidates])))
+
+
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
                     compact=False, coupling=True, flow=None):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
@@ -137,9 +154,13 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     no coupling term (no q*_m: the coupling gap and L(q*_m) are None, the approximation gap is against
     L(q*)); ``flow``: the guide's factor is ``factor`` followed by these transforms
     (:class:`~amortized_pyro.local.flows.RowFlow`, its parameters per image: the guide's own), and q* and the
-    q*_m are the best members of that flow family per image, started from the guide's (Cremer et al.'s
-    q*_Flow); the best Gaussian factor is found beside them (``elbo_optimized_gaussian``; ``flow_gain``: how
-    far the flow family's q* rises above it). Returns (the result dict, q*'s
+    q*_m are the best members of that flow family per image (Cremer et al.'s q*_Flow); the best Gaussian
+    factor is found beside them (``elbo_optimized_gaussian``; ``flow_gain``: how far the flow family's q* rises
+    above it). The flow family's q* is, per image, the best on fresh z draws of three of its members: the
+    optimum from the guide's factor, the optimum from the best Gaussian with identity transforms, and that
+    Gaussian itself (a flow whose transforms are the identity), so that it is no worse than the Gaussian q*
+    wherever one optimization from the guide's flow ends lower (its thousands of transform parameters per
+    image move at the Gaussian's learning rate); the q*_m start from it. Returns (the result dict, q*'s
     :class:`~amortized_pyro.local.optimize.Optimum`)."""
     if flow is not None and refine_steps:
         raise ValueError("refinement rows are Adam steps on a Gaussian factor; a flow guide has none")
@@ -158,6 +179,12 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
         with bar("Gaussian q*") as g_bar:
             gaussian = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
                                 settings.step_samples, compact=compact, chunk=chunk, bar=g_bar)
+        with bar("q* from the Gaussian q*") as f_bar:
+            from_gaussian = converge(log_joint, x, gaussian.loc, gaussian.log_scale, fit.at("fit"), settings.lr, rule,
+                                     settings.step_samples, compact=compact, chunk=chunk, bar=f_bar,
+                                     flow=flow.at_identity())
+        best = best_per_image(log_joint, x, fit.at("select"), samples, chunk,
+                              [best, from_gaussian, replace(gaussian, flow=flow.at_identity())])
     per_theta = best
     if coupling:
         with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
