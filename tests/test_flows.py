@@ -222,3 +222,22 @@ def test_q_star_in_the_flow_family_is_no_worse_than_the_best_gaussian_from_a_bad
     report = measure_gap(linear, guide, x, settings=settings)
     gains = torch.tensor(report["per_image"]["flow_gain"])
     assert gains.min() > -0.5, gains  # image by image: the Monte Carlo noise of two estimates on the same draws
+
+
+def test_flows_are_refused_where_they_cannot_work(global_param_store):
+    """SA-VI's steps and IA-VI's iterations move a Gaussian factor: a flow there is refused in one line, as is
+    a flow on a one-dimensional local latent (an affine flow of one variable is a Gaussian again)."""
+    from amortized_pyro.autoguides import AutoIterativeAmortizedNormal, AutoSemiAmortizedNormal
+    from amortized_pyro.errors import AmortizedPyroError
+
+    for builder in (AutoSemiAmortizedNormal, AutoIterativeAmortizedNormal):
+        with pytest.raises(AmortizedPyroError, match="takes no flow"):
+            builder(model, width=8, flow=2)
+
+    def one_dimensional(x):
+        with pyro.plate("data", x.shape[0]):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            pyro.sample("x", dist.Normal(z, 0.5), obs=x)
+
+    with pytest.raises(AmortizedPyroError, match="2 or more dimensions"):
+        AutoSharedNormal(one_dimensional, flow=2)(torch.zeros(3))

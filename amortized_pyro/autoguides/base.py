@@ -121,6 +121,9 @@ class AutoLocalGuide(AutoGuide):
                     self.q_theta._setup_prototype(*args, **kwargs)
         self._setup_local(indices, args, kwargs, self._device(full))
         if self.flow_transforms:
+            if self.structure.size < 2:  # Zuko's one-variable transform has no hyper-network to start at zero
+                raise AmortizedPyroError("a flow needs local latents of 2 or more dimensions (here %d): on one, an "
+                                         "affine flow is a Gaussian again" % self.structure.size)
             with outside_the_stream():  # leaves the stream as the Gaussian guide leaves it: one starts as the other
                 self.flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
                                       self.flow_width).to(self._device(full))

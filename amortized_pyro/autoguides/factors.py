@@ -145,8 +145,8 @@ LOG_SCALE_RANGE = (-7.5, 2.5)  # Marino et al.'s clamp of log σ² to [-15, 5], 
 def encode_gradient(grad, p=GRADIENT_CUT):
     """A gradient as Marino et al. (2018) feed theirs to the inference network, by log magnitude and sign, in
     Andrychowicz et al. (2016)'s form: (log|g| / p, sign g) where |g| >= e^-p, else (-1, e^p g); every entry
-    becomes two bounded numbers whatever its scale (a local ELBO's gradient spans orders of magnitude across
-    images and iterations). [..., size] → [..., 2 size]."""
+    becomes two numbers of order one whatever its scale (log|g| / p grows only logarithmically: a local ELBO's
+    gradient spans orders of magnitude across images and iterations). [..., size] → [..., 2 size]."""
     large = grad.abs() >= math.exp(-p)
     magnitude = torch.where(large, grad.abs().clamp_min(math.exp(-p)).log() / p, -torch.ones_like(grad))
     return torch.cat([magnitude, torch.where(large, grad.sign(), grad * math.exp(p))], -1)

@@ -181,6 +181,8 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
     The other parameters are :class:`AutoAmortizedNormal`'s."""
 
     def __init__(self, model, *, local_log_joint=None, **kwargs):
+        if kwargs.get("flow"):  # their steps and iterations move a Gaussian factor
+            raise AmortizedPyroError("%s takes no flow: its steps work on a Gaussian q(z_n)" % type(self).__name__)
         super().__init__(model, **kwargs)
         self.local_log_joint = local_log_joint
 

@@ -45,7 +45,7 @@ def pushed(guide, v, x, idx):
 @torch.no_grad()
 def reconstruct(model, guide, x, idx=None):
     """The plug-in reconstruction m(Ω(E_q[z]; E_q[θ])) of images x (idx: their training indices, needed by
-    per-datapoint). Returns None where the guide has no q(z) for these images, or there are none."""
+    per-datapoint); for a flow guide z is the flow's image f(μ) of the Gaussian's mean, not E_q[z]. Returns None where the guide has no q(z) for these images, or there are none."""
     if x.shape[0] == 0:
         return None
     theta = guide.global_mean()

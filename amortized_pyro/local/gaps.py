@@ -230,6 +230,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                   mean_steps={"q*": best.steps.double().mean().item(),
                               "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
+                  capped_gaussian=None if gaussian is None else int(gaussian.capped.sum()),  # flow_gain's other side
                   estimator="fresh score draws", coupling=coupling,
                   q_family="gaussian" if flow is None else "flow",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
