@@ -5,7 +5,8 @@
 # seeds 0, 1, 2, on the INFORMATIVE preset at N = 8,000 training and 2,000 test images cut from MNIST_IDX_FOLDER
 # (e.g. ../shared/data/mnist), 157 epochs of B = 250 (5,024 steps: the informative study's budget, not a
 # convergence criterion), then every run's gaps on 20 training and 20 test images (compare's gap settings: M 4,
-# S 32, K 1,000, AIS 200 steps; for a flow guide q* and the q*_m in its own flow family, the best Gaussian beside).
+# S 32, K 1,000, AIS 200 steps; for a flow guide q* and the q*_m in its own flow family at Adam's 0.01, up to
+# 3,000 steps, the best Gaussian beside).
 # One comparison folder per cell, runs/remedies/CELL, one after the other, cheapest first, one torch thread.
 # Resumable: run the same command again. Then the report: python experiments/study.py remedies --report-only
 # Use: experiments/remedies.sh MNIST_IDX_FOLDER, or through the driver:

@@ -274,3 +274,4 @@ def test_compare_measures_a_flow_guides_gaps_without_refinement_rows(tmp_path, m
         report = json.loads(next(out.glob("runs/*/*/gap-test.json")).read_text())
         assert report["refine_steps"] == ([] if flow else list(comparison.COMPARE_REFINE))
         assert ("flow_gain" in report) == bool(flow)
+        assert report["settings"]["max_steps"] == (2 if flow else 1) * SMALL_GAP.max_steps  # flow_lr's slower q*

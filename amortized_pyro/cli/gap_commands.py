@@ -101,8 +101,8 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
     done = []
     if path.exists() and not overwrite:
         done = read_jsonl(path)
-        if any((r.get("run_id"), r.get("requested_images"), r["training"], r["settings"]) !=
-               (run_id, n_images, asdict(training), asdict(gap_settings)) for r in done):
+        if any((r.get("run_id"), r.get("requested_images"), r["training"]) != (run_id, n_images, asdict(training))
+               or not gap_settings.same_as(r["settings"]) for r in done):
             raise AmortizedPyroError("%s holds a sweep of another run or other settings: --overwrite to replace "
                                      "it, or --out another folder" % path)
         stderr_log("continuing the sweep in %s (%d encoders done)" % (path, len(done) // 2))
@@ -166,14 +166,13 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
     rows_path, refs_path = out / "held_out.jsonl", out / "references.jsonl"
     rows = read_jsonl(rows_path) if rows_path.exists() else []
     references = {r["run"]: r for r in (read_jsonl(refs_path) if refs_path.exists() else [])}
-    wanted = dict(training=asdict(training.check()), settings=asdict(gap_settings.check()), n_images=n_images,
-                  refine_steps=refine_steps)
+    wanted = dict(training=asdict(training.check()), n_images=n_images, refine_steps=refine_steps)
     for r in list(references.values()):
-        if {k: r[k] for k in wanted} != wanted:
+        if {k: r[k] for k in wanted} != wanted or not gap_settings.check().same_as(r["settings"]):
             raise AmortizedPyroError("%s holds a study with other settings: --out another folder" % refs_path)
 
     def save(run, width, run_references, run_rows):
-        references[run] = dict(wanted, run=run, width=width, sets=run_references)
+        references[run] = dict(wanted, settings=asdict(gap_settings), run=run, width=width, sets=run_references)
         rows[:] = [r for r in rows if r["run"] != run] + [dict(r, run=run) for r in run_rows]
         for path, items in ((refs_path, references.values()), (rows_path, rows)):
             text = "".join(json.dumps(item) + "\n" for item in items)

@@ -73,6 +73,8 @@ class GapSettings(Checked):
     samples: int = setting(100, "z draws per image and θ draw for each local ELBO.", low=1)
     lr: float = setting(5e-2, "Adam's first learning rate for q* and the q*_m (halved on plateaus).", low=0,
                        open_low=True)
+    flow_lr: float = setting(1e-2, "Adam's first learning rate for q* and the q*_m in a flow family (halved on "
+                             "plateaus); the best Gaussian beside them keeps --lr.", low=0, open_low=True)
     refine_lr: float = setting(1e-2, "Adam's learning rate of the refinement rows' steps.", low=0, open_low=True)
     step_samples: int = setting(8, "z draws per image (and θ draw) in each optimization step.", low=1)
     window: int = setting(100, "Stopping rule for q* and the q*_m, per image (and θ draw): windows of this many "
@@ -94,6 +96,13 @@ class GapSettings(Checked):
     paired: bool = setting(False, "Measure every run on the images and draws of --seed alone, whatever its training "
                           "seed: right for comparing runs image by image; otherwise runs of different seeds get "
                           "different images and draws, and errors over seeds cover the images too.")
+
+    def same_as(self, stored, flow=False):
+        """Whether ``stored`` (a report's recorded settings) are these; ``flow_lr`` counts only for a flow
+        family's report (so that reports of Gaussian guides made before it existed still match)."""
+        def relevant(settings):
+            return {k: v for k, v in settings.items() if flow or k != "flow_lr"}
+        return relevant(stored) == relevant(asdict(self))
 
     def rule(self):
         return StoppingRule(self.window, self.patience, self.max_steps, self.decay_patience, self.tolerance)
@@ -171,8 +180,9 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     def bar(phase):
         return tqdm(desc="gap: %s (%d images)" % (phase, n), unit="step", disable=not progress, leave=False)
 
+    lr = settings.lr if flow is None else settings.flow_lr  # q* and the q*_m, in their family
     with bar("q*") as q_bar:
-        best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
+        best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), lr, rule,
                         settings.step_samples, compact=compact, chunk=chunk, bar=q_bar, flow=flow)
     gaussian = None
     if flow is not None:
@@ -180,7 +190,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
             gaussian = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
                                 settings.step_samples, compact=compact, chunk=chunk, bar=g_bar)
         with bar("q* from the Gaussian q*") as f_bar:
-            from_gaussian = converge(log_joint, x, gaussian.loc, gaussian.log_scale, fit.at("fit"), settings.lr, rule,
+            from_gaussian = converge(log_joint, x, gaussian.loc, gaussian.log_scale, fit.at("fit"), lr, rule,
                                      settings.step_samples, compact=compact, chunk=chunk, bar=f_bar,
                                      flow=flow.at_identity())
         best = best_per_image(log_joint, x, fit.at("select"), samples, chunk,
@@ -188,7 +198,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     per_theta = best
     if coupling:
         with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
-            per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), settings.lr, rule,
+            per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), lr, rule,
                                  settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar,
                                  flow=best.flow)
     scored = score.at("score")

@@ -69,9 +69,11 @@ def format_gap(report):
                                                                             row["gap_left"]["stderr"]))
     lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
     if report.get("q_family") == "flow":
-        lines.append("q* and the q*_m are the best members of the guide's flow family per image (started from its "
-                     "own transforms); elbo_optimized_gaussian is the best Gaussian factor's L, flow_gain = L(q*) − it: "
-                     "what the flow family adds at the optimum")
+        lines.append("q* and the q*_m are the best members of the guide's flow family per image (q*: the best of the "
+                     "optimum from its own transforms, the optimum from the best Gaussian and that Gaussian, at "
+                     "Adam's first rate %s); elbo_optimized_gaussian is the best Gaussian factor's L, flow_gain = "
+                     "L(q*) − it: what the flow family adds at the optimum"
+                     % report["settings"].get("flow_lr", report["settings"]["lr"]))
     if "capped" in report:
         lines.append("standard errors over %s" % report["stderr_over"])
         n = report["n_images"]

@@ -62,18 +62,22 @@ def plan(job, overwrite):
 # compare's quicker gap: AIS of 200 steps read 0.8 nats below its 5,000-step value on an informative run, gap's
 # default of 1,000 steps 0.1 (BENCHMARKS.md, AIS sweep); q* capped at 1,500 steps
 COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=1500, ais_steps=200)
+FLOW_STEPS_FACTOR = 2  # a flow family's q* at its flow_lr 0.01 took 1,660-1,740 steps on average (docs/gap.md)
 COMPARE_REFINE = (0, 5, 20, 100)  # refinement rows measured (0: the guide's own factor); tables show the rest
 WIDTHS = (1, 64, 128, 256)
 N_IMAGES = 5  # reconstructions shown per configuration
 
 
-def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
+def gap_reports(job, n_images, overwrite, log, settings=None):
     """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
     with these settings from this very run (its ``run_id`` and epochs), else measured now
     (:func:`amortized_pyro.gap.measure.measure_run`) and saved there. A report of another run (retrained,
     extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``."""
     reports = []
     refine_steps = () if job.config.flow else COMPARE_REFINE  # a flow's factor is not Gaussian: no refinement rows
+    settings = settings or COMPARE_GAP
+    if job.config.flow:  # q* of a flow family at its lower flow_lr: twice the steps
+        settings = replace(settings, max_steps=FLOW_STEPS_FACTOR * settings.max_steps)
     run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
     for split in ("train", "test"):
         path = gap_report_path(job.run_dir, split)
@@ -82,8 +86,8 @@ def gap_reports(job, n_images, overwrite, log, settings=COMPARE_GAP):
             report = json.loads(path.read_text())
             if (report.get("run_id"), report.get("trained_epochs")) != run:
                 log("%s was measured on another state of the run: measuring again" % path)
-            elif (report["settings"], report["n_images"], report.get("refine_steps")) == \
-                    (asdict(settings), images, list(refine_steps)):
+            elif settings.same_as(report["settings"], report.get("q_family") == "flow") and \
+                    (report["n_images"], report.get("refine_steps")) == (images, list(refine_steps)):
                 reports.append(report)
                 continue
             elif not overwrite:
@@ -156,7 +160,7 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     if gap_images:
         for job in jobs:
             if not isinstance(finished.get(id(job)), str):
-                results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings or COMPARE_GAP))
+                results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings))
                 results.save(out / "results.jsonl")
     return results
 
