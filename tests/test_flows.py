@@ -186,6 +186,7 @@ def test_the_package_trains_a_flow_and_gap_measures_it_in_its_family(tmp_path):
     gap = CliRunner().invoke(cli, ["gap", str(out), *small])
     assert gap.exit_code == 0, gap.output
     assert "| flow_gain |" in gap.output and "best members of the guide's flow family" in gap.output
+    assert "q* per image came from: the guide's flow" in gap.output
     from amortized_pyro.report.tables import format_reports
     report = json.loads((out / "gap.json").read_text())
     assert "| L(q*_Gaussian) | flow gain |" in format_reports([report])  # the gathered table says it too
@@ -221,6 +222,7 @@ def test_q_star_in_the_flow_family_is_no_worse_than_the_best_gaussian_from_a_bad
                 p.add_(1.5 * torch.randn_like(p))
     settings = GapSettings(importance_samples=50, samples=100, max_steps=100, window=20, ais_steps=0, theta="mean")
     report = measure_gap(linear, guide, x, settings=settings)
+    assert sum(report["q_star_from"].values()) == x.shape[0]  # each image's q* came from one of the three
     gains = torch.tensor(report["per_image"]["flow_gain"])
     assert gains.min() > -0.5, gains  # image by image: the Monte Carlo noise of two estimates on the same draws
 

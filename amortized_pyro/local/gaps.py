@@ -138,7 +138,7 @@ def summarize(values):
 def best_per_image(log_joint, x, draws, samples, chunk, candidates):
     """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` (flow factors all) of highest
     L_n on ``draws`` (the fitting θ draws with z draws of their own, not the score draws, so that the choice
-    does not select on the noise the reported L(q*) is estimated with)."""
+    does not select on the noise the reported L(q*) is estimated with), and how many images each candidate won."""
     values = torch.stack([local_elbo(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, chunk, c.flow)
                           for c in candidates])
     pick = values.argmax(0)
@@ -149,7 +149,8 @@ def best_per_image(log_joint, x, draws, samples, chunk, candidates):
 
     return Optimum(chosen([c.loc for c in candidates]), chosen([c.log_scale for c in candidates]),
                    chosen([c.steps for c in candidates]), chosen([c.capped for c in candidates]),
-                   candidates[0].flow.with_params(chosen([c.flow.params for c in candidates])))
+                   candidates[0].flow.with_params(chosen([c.flow.params for c in candidates]))), \
+        torch.bincount(pick, minlength=len(candidates)).tolist()
 
 
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
@@ -184,7 +185,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     with bar("q*") as q_bar:
         best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), lr, rule,
                         settings.step_samples, compact=compact, chunk=chunk, bar=q_bar, flow=flow)
-    gaussian = None
+    gaussian = won = None
     if flow is not None:
         with bar("Gaussian q*") as g_bar:
             gaussian = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
@@ -193,7 +194,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
             from_gaussian = converge(log_joint, x, gaussian.loc, gaussian.log_scale, fit.at("fit"), lr, rule,
                                      settings.step_samples, compact=compact, chunk=chunk, bar=f_bar,
                                      flow=flow.at_identity())
-        best = best_per_image(log_joint, x, fit.at("select"), samples, chunk,
+        best, won = best_per_image(log_joint, x, fit.at("select"), samples, chunk,
                               [best, from_gaussian, replace(gaussian, flow=flow.at_identity())])
     per_theta = best
     if coupling:
@@ -241,6 +242,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                               "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
                   capped_gaussian=None if gaussian is None else int(gaussian.capped.sum()),  # flow_gain's other side
+                  q_star_from=None if won is None else dict(zip(("the guide's flow", "the Gaussian q* with identity "
+                                                                 "transforms, optimized", "the Gaussian q*"), won)),
                   estimator="fresh score draws", coupling=coupling,
                   q_family="gaussian" if flow is None else "flow",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",

@@ -74,6 +74,8 @@ def format_gap(report):
                      "Adam's first rate %s); elbo_optimized_gaussian is the best Gaussian factor's L, flow_gain = "
                      "L(q*) − it: what the flow family adds at the optimum"
                      % report["settings"].get("flow_lr", report["settings"]["lr"]))
+        if report.get("q_star_from"):
+            lines.append("q* per image came from: %s" % ", ".join("%s %d" % item for item in report["q_star_from"].items()))
     if "capped" in report:
         lines.append("standard errors over %s" % report["stderr_over"])
         n = report["n_images"]
