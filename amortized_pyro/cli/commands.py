@@ -147,8 +147,9 @@ def plateau_fraction_option(command):
               help="How often Ray retries a run whose worker died (the retry resumes from the run's checkpoint).")
 @click.option("--gap-images", default=0, show_default=True, type=click.IntRange(min=0),
               help="After training, measure the gaps of every run (each seed) on this many training and test images "
-                   "(as the gap command, with the --gap-* settings; refinement 0/5/20/100 steps); the tables give "
-                   "the mean over seeds ± its standard error; 0 = not.")
+                   "(as the gap command, with the --gap-* settings; refinement 0/5/20/100 steps, none for a flow "
+                   "guide, whose caps are twice --gap-max-steps); the tables give the mean over seeds ± its "
+                   "standard error; 0 = not.")
 @settings_options(GapSettings, progress=False, prefix="gap_", defaults=COMPARE_GAP)
 @replicas_option("Train each configuration's seeds this many at a time as one batched model (local executor): "
                    "each replica is exactly the run of its seed, so the runs and the tables are the same.")

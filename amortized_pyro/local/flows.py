@@ -28,6 +28,8 @@ class RowFlow:
 
     def at_identity(self):
         """The same rows with every transform the identity: the flow factor is then its Gaussian factor."""
+        if self.identity is None:
+            raise ValueError("this RowFlow was made without its identity parameters (RowFlow(..., identity=))")
         return self.with_params(self.identity.expand_as(self.params).clone())
 
     def rows(self, start, stop):

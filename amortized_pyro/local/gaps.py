@@ -141,7 +141,7 @@ def best_per_image(log_joint, x, draws, samples, chunk, candidates):
     does not select on the noise the reported L(q*) is estimated with), and how many images each candidate won."""
     values = torch.stack([local_elbo(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, chunk, c.flow)
                           for c in candidates])
-    pick = values.argmax(0)
+    pick = values.nan_to_num(nan=-math.inf).argmax(0)  # a NaN estimate never wins
 
     def chosen(tensors):
         stacked = torch.stack(tensors)
@@ -169,8 +169,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     above it). The flow family's q* is, per image, the best on fresh z draws of three of its members: the
     optimum from the guide's factor, the optimum from the best Gaussian with identity transforms, and that
     Gaussian itself (a flow whose transforms are the identity), so that it is no worse than the Gaussian q*
-    wherever one optimization from the guide's flow ends lower (its thousands of transform parameters per
-    image move at the Gaussian's learning rate); the q*_m start from it. Returns (the result dict, q*'s
+    wherever one optimization from the guide's flow ends lower; the q*_m start from it. Its ``steps`` are the
+    chosen member's last optimization's (the Gaussian q*'s, for the third). Returns (the result dict, q*'s
     :class:`~amortized_pyro.local.optimize.Optimum`)."""
     if flow is not None and refine_steps:
         raise ValueError("refinement rows are Adam steps on a Gaussian factor; a flow guide has none")

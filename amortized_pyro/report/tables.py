@@ -70,10 +70,10 @@ def format_gap(report):
     lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
     if report.get("q_family") == "flow":
         lines.append("q* and the q*_m are the best members of the guide's flow family per image (q*: the best of the "
-                     "optimum from its own transforms, the optimum from the best Gaussian and that Gaussian, at "
-                     "Adam's first rate %s); elbo_optimized_gaussian is the best Gaussian factor's L, flow_gain = "
-                     "L(q*) − it: what the flow family adds at the optimum"
-                     % report["settings"].get("flow_lr", report["settings"]["lr"]))
+                     "optimum from its own transforms, the optimum from the best Gaussian and that Gaussian; Adam's "
+                     "first rate %s for the flows, %s for the Gaussian); elbo_optimized_gaussian is the best Gaussian "
+                     "factor's L, flow_gain = L(q*) − it: what the flow family adds at the optimum"
+                     % (report["settings"].get("flow_lr", report["settings"]["lr"]), report["settings"]["lr"]))
         if report.get("q_star_from"):
             lines.append("q* per image came from: %s" % ", ".join("%s %d" % item for item in report["q_star_from"].items()))
     if "capped" in report:

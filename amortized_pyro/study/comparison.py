@@ -62,7 +62,9 @@ def plan(job, overwrite):
 # compare's quicker gap: AIS of 200 steps read 0.8 nats below its 5,000-step value on an informative run, gap's
 # default of 1,000 steps 0.1 (BENCHMARKS.md, AIS sweep); q* capped at 1,500 steps
 COMPARE_GAP = GapSettings(theta_draws=4, importance_samples=1000, samples=100, max_steps=1500, ais_steps=200)
-FLOW_STEPS_FACTOR = 2  # a flow family's q* at its flow_lr 0.01 took 1,660-1,740 steps on average (docs/gap.md)
+FLOW_STEPS_FACTOR = 2  # at flow_lr 0.01 a flow's q* took 1,660 and 1,740 steps on average (train, held-out; the
+# remedies study's flow-2 run of seed 0 measured with gap --lr 0.01 --max-steps 3000): every step cap of a flow
+# guide's report, its Gaussian q*'s too, is twice --gap-max-steps
 COMPARE_REFINE = (0, 5, 20, 100)  # refinement rows measured (0: the guide's own factor); tables show the rest
 WIDTHS = (1, 64, 128, 256)
 N_IMAGES = 5  # reconstructions shown per configuration
