@@ -1,4 +1,4 @@
-"""experiments/ as one declared pipeline (issue 27): experiments/study.py's registry names every study script once,
+"""experiments/ as one declared pipeline (issue 27): experiments/studies.py's registry names every study script once,
 its needs name studies and form no cycle, its report scripts exist; a study whose need is missing stops with one
 line naming what to run; --dry-run shows needs, study and report in order; and each report script without a test
 elsewhere (capacity_status.py, studies_end_status.py, cap_check.py; gap_tables.py and plateau_report.py are in
@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 spec = importlib.util.spec_from_file_location("study", EXPERIMENTS / "study.py")
 study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(study)
+spec.loader.exec_module(study)  # puts experiments/ on sys.path: its registry and steps import as modules
+import studies  # noqa: E402
+import study_steps  # noqa: E402
 
 
 def drive(capsys, *args):
@@ -53,17 +55,17 @@ def files_under(folder):
 
 def test_every_script_is_one_study_and_every_study_a_script():
     scripts = sorted(p.stem for p in EXPERIMENTS.glob("*.sh"))
-    assert sorted(study.STUDIES) == scripts
-    for name, entry in study.STUDIES.items():
+    assert sorted(studies.STUDIES) == scripts
+    for name, entry in studies.STUDIES.items():
         assert entry.name == name and (ROOT / entry.script).is_file()
 
 
 def test_needs_name_studies_hold_what_they_read_and_have_no_cycle():
-    for entry in study.STUDIES.values():
+    for entry in studies.STUDIES.values():
         for need in entry.needs:
-            assert need.study in study.STUDIES, (entry.name, need.study)
+            assert need.study in studies.STUDIES, (entry.name, need.study)
             assert need.study != entry.name
-            runs = Path(study.STUDIES[need.study].runs).parts
+            runs = Path(studies.STUDIES[need.study].runs).parts
             for pattern in need.files:  # what is read lies in the needed study's runs
                 parts = Path(pattern).parts
                 assert all(fnmatch(p, r) for p, r in zip(parts, runs)) and len(parts) > len(runs), (entry.name, pattern)
@@ -73,34 +75,34 @@ def test_needs_name_studies_hold_what_they_read_and_have_no_cycle():
         assert state.get(name) != "open", "a cycle of needs: %s" % " → ".join(path + [name])
         if state.get(name) is None:
             state[name] = "open"
-            for need in study.STUDIES[name].needs:
+            for need in studies.STUDIES[name].needs:
                 visit(need.study, path + [name])
             state[name] = "done"
 
-    for name in study.STUDIES:
+    for name in studies.STUDIES:
         visit(name, [])
 
 
 def test_the_declared_dependencies():
-    needs = {name: sorted({n.study for n in entry.needs}) for name, entry in study.STUDIES.items() if entry.needs}
+    needs = {name: sorted({n.study for n in entry.needs}) for name, entry in studies.STUDIES.items() if entry.needs}
     assert needs == {"capacity": ["gap-vs-n"], "held-out": ["informative"], "converged": ["informative"],
                      "cap-check": ["gap-vs-n", "informative", "sa-vi"]}
-    assert {name for name, entry in study.STUDIES.items() if entry.data} == {
+    assert {name for name, entry in studies.STUDIES.items() if entry.data} == {
         "gap-vs-n", "studies-end", "reference-cpu", "plateau", "architectures", "remedies"}
 
 
 def test_every_report_script_exists_and_every_report_writes_under_figures(tmp_path):
     from amortized_pyro.cli.commands import cli
-    ctx = study.Context(tmp_path, "mnist")
-    for entry in study.STUDIES.values():
+    ctx = study_steps.Context(tmp_path, "mnist")
+    for entry in studies.STUDIES.values():
         assert entry.figures.startswith("figures/")
         steps = entry.report(ctx)
         assert steps, entry.name
         for step in steps:
-            if isinstance(step, study.Copy):
+            if isinstance(step, study_steps.Copy):
                 assert step.dest.startswith(entry.figures)
                 continue
-            argv = [a.text() if isinstance(a, study.Glob) else a for a in step.argv]
+            argv = [a.text() if isinstance(a, study_steps.Glob) else a for a in step.argv]
             assert argv[0] == "python"
             if argv[1] == "-m":
                 assert argv[2] == "amortized_pyro" and argv[3] in cli.commands, step.text()
@@ -136,8 +138,8 @@ def test_list_names_every_study_its_needs_and_its_folder(capsys):
     status, out, _ = drive(capsys, "--list")
     assert status == 0
     rows = {line.split()[0]: line for line in out[1:]}
-    assert set(rows) == set(study.STUDIES)
-    for name, entry in study.STUDIES.items():
+    assert set(rows) == set(studies.STUDIES)
+    for name, entry in studies.STUDIES.items():
         assert entry.figures in rows[name]
         for need in entry.needs:
             assert need.study in rows[name].split(None, 1)[1]
@@ -162,7 +164,7 @@ def test_a_missing_need_stops_with_one_line_naming_what_to_run(root):
 
 def test_a_partial_need_is_not_taken(root, capsys):
     """Converged needs all six informative runs finished: five are not enough, a run without summary.json is not."""
-    runs = ["%s/%s-seed%d" % (study.INFORMATIVE, label, seed) for label in ("F-VI", "A-VI_k_64") for seed in (0, 1, 2)]
+    runs = ["%s/%s-seed%d" % (studies.INFORMATIVE, label, seed) for label in ("F-VI", "A-VI_k_64") for seed in (0, 1, 2)]
     touch(root, *["%s/summary.json" % run for run in runs[:-1]], "%s/checkpoint.pt" % runs[-1])
     status, out, err = drive(capsys, "converged", "--root", root, "--dry-run")
     assert status == 2 and out == [] and len(err) == 1
@@ -219,7 +221,7 @@ def test_dry_run_passes_the_script_options_and_skips_needs_that_are_there(root, 
     (root / "mnist").mkdir()
     status, out, _ = drive(capsys, "reference-cpu", "--dry-run", "--root", root, "--data=mnist", "--", "--dry-run")
     assert [line for line in out if line.startswith("+ ")] == [
-        "+ bash experiments/reference-cpu.sh %s mnist --dry-run" % s for s in study.REFERENCE_CPU]
+        "+ bash experiments/reference-cpu.sh %s mnist --dry-run" % s for s in studies.REFERENCE_CPU]
 
 
 def test_report_only_needs_the_studys_runs(root, capsys):
@@ -343,13 +345,13 @@ def test_cap_check_pairs_the_two_reports_per_image(tmp_path):
 
 def test_the_driver_writes_cap_checks_pairs_into_figures(root, capsys):
     per_image = {"elbo_guide": [-101.0, -91.0], "elbo_optimized": [-100.0, -90.0], "elbo_per_theta": [-99.0, -89.0]}
-    runs = [run.replace("*", "shared_data_mnist") for run, _ in study.CAP_CHECK]
-    for run, (_, name) in zip(runs, study.CAP_CHECK):
+    runs = [run.replace("*", "shared_data_mnist") for run, _ in studies.CAP_CHECK]
+    for run, (_, name) in zip(runs, studies.CAP_CHECK):
         touch(root, run + "/gap-test.json", text=json.dumps(report("A-VI k=64", per_image, 1500)))
         touch(root, "runs/cap-check/%s.json" % name, text=json.dumps(report("A-VI k=64", per_image, 20000)))
     status, out, err = drive(capsys, "cap-check", "--report-only", "--root", root)
     assert status == 0, err
-    for run, (_, name) in zip(runs, study.CAP_CHECK):
+    for run, (_, name) in zip(runs, studies.CAP_CHECK):
         text = (root / "figures" / "cap-check" / ("%s.md" % name)).read_text().splitlines()
         assert text[0] == "Command: python experiments/cap_check.py %s/gap-test.json runs/cap-check/%s.json" % (run, name)
         assert text[2].startswith("%s/gap-test.json: cap 1500 steps" % run)

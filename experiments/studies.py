@@ -1,0 +1,138 @@
+"""The registry of experiments/: every study (one script experiments/NAME.sh, its report, what it needs from
+the others), read by the driver experiments/study.py."""
+from study_steps import Command, Copy, Glob, Need, Study, plot
+
+SEEDS = (0, 1, 2)
+INFORMATIVE = "runs/informative/runs/mnist-sample"  # the informative study's run directories
+
+
+def runs_of(*labels, seeds=SEEDS, folder=INFORMATIVE, file="summary.json"):
+    return tuple("%s/%s-seed%d/%s" % (folder, label, seed, file) for label in labels for seed in seeds)
+
+
+GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
+ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # experiments/architectures.sh's
+REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "sa-vi-5", "sa-vi-5-momentum",
+                "sa-vi-20")  # experiments/remedies.sh's
+GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
+CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
+    ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
+    (GAP_VS_N % 8000, "n8000-A-VI_k_64-seed0-test-20000"),
+    (INFORMATIVE + "/F-VI-seed0", "informative-F-VI-seed0-test-20000"),
+)
+REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # reference-cpu.sh's four studies
+
+
+def comparison_copies(folder, dest):
+    """A comparison folder's table, results and gap reports copied into ``dest`` (its runs stay ignored)."""
+    return [Copy(("%s/summary.md" % folder, "%s/results.jsonl" % folder), dest),
+            Copy(("%s/runs/*/*/gap-*.json" % folder,), "%s/reports" % dest, by_run=True)]
+
+
+def compare_study(name, what, figures=None, **kwargs):
+    """A study whose script is one compare writing into figures/NAME: its report redraws the figures."""
+    figures = figures or "figures/%s" % name
+    return Study(name, what, figures, figures, lambda ctx: [plot(figures)], ("%s/results.jsonl" % figures,),
+                 script_reports=True, **kwargs)
+
+
+STUDIES = {study.name: study for study in (
+    compare_study("offline", "the reference grid shrunk to a 2-core CPU, on the shipped sample"),
+    compare_study("offline-long", "offline's A-VI k = 64, F-VI and constant-VI for 1,500 epochs"),
+    Study("informative", "the informative preset's grid on the shipped sample, with gaps", "figures/informative",
+          "runs/informative",
+          lambda ctx: [Copy(("runs/informative/results.jsonl", "runs/informative/summary.md",
+                             "runs/informative/fig*.png"), "figures/informative"),
+                       Command(("python", "experiments/gap_tables.py", "runs/informative", "--out",
+                                "figures/informative/gaps", "--title", "Informative preset")),
+                       Copy((INFORMATIVE + "/*/gap-*.json",), "figures/informative/gaps/reports", by_run=True),
+                       Command(("python", "experiments/theta_scales.py", Glob(INFORMATIVE + "/*")),
+                               stdout="figures/informative/theta_scales.md")],
+          ("runs/informative/results.jsonl", INFORMATIVE + "/*/gap-*.json", INFORMATIVE + "/*/params.pt"),
+          script_reports=True),
+    Study("informative-ablation", "the informative preset with settings put back to the studies' values",
+          "figures/informative-ablation", "figures/informative-ablation",
+          lambda ctx: [plot(f) for f in ctx.folders("figures/informative-ablation/*/results.jsonl")],
+          ("figures/informative-ablation/*/results.jsonl",), script_reports=True),
+    Study("sa-vi", "A-VI against SA-VI (5 steps straight-through and unrolled, 20 steps), with gaps",
+          "figures/sa-vi", "runs/sa-vi-*",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/sa-vi-5", "runs/sa-vi-5-unrolled",
+                                "runs/sa-vi-20", "--out", "figures/sa-vi"))],
+          ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
+    Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",
+          "figures/gap-vs-n", "runs/gap-vs-n",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/gap-vs-n/n%d" % n for n in GAP_VS_N_SIZES)
+                               + ("--by-n", "--out", "figures/gap-vs-n"))]
+          + [step for n in GAP_VS_N_SIZES for step in comparison_copies("runs/gap-vs-n/n%d" % n,
+                                                                        "figures/gap-vs-n/n%d" % n)],
+          ("runs/gap-vs-n/n*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("capacity", "fresh encoders of 3 widths and 3 depths on a frozen q(θ) (Cremer et al.)",
+          "figures/capacity", "runs/capacity",
+          lambda ctx: [Command(("python", "experiments/capacity_status.py", "runs/capacity/capacity.jsonl",
+                                "--out", "figures/capacity"))],
+          ("runs/capacity/capacity.jsonl",),
+          needs=(Need("gap-vs-n", ((GAP_VS_N % 2500) + "/summary.json",), "a finished A-VI k = 64 run at N = 2,500"),)),
+    Study("held-out", "where the held-out gap comes from: fresh encoders on subsets, transductive, regularized",
+          "figures/held-out", "runs/held-out",
+          lambda ctx: [Copy(("runs/held-out/held_out.jsonl", "runs/held-out/references.jsonl",
+                             "runs/held-out/held_out.md", "runs/held-out/*.png"), "figures/held-out")],
+          ("runs/held-out/held_out.md",), script_reports=True,
+          needs=(Need("informative", runs_of("A-VI_k_64"), "the finished A-VI k = 64 runs, seeds 0, 1, 2"),)),
+    Study("converged", "the informative F-VI and A-VI k = 64 runs trained on to convergence, with gaps",
+          "figures/converged", "runs/converged",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/converged", "--out",
+                                "figures/converged")),
+                       Copy(("runs/converged/runs/*/*/gap-*.json",), "figures/converged/reports", by_run=True)],
+          ("runs/converged/runs/*/*/gap-*.json",),
+          needs=(Need("informative", runs_of("F-VI", "A-VI_k_64"),
+                      "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),
+    Study("architectures", "the gap across decoders: {MLP, conv} × {Bayesian, standard VAE}, A-VI k = 64 and F-VI",
+          "figures/architectures", "runs/architectures",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
+                               + ("--out", "figures/architectures", "--title", "Decoders"))]
+          + [step for cell in ARCHITECTURE_CELLS for step in comparison_copies(
+              "runs/architectures/%s" % cell, "figures/architectures/%s" % cell)],
+          ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
+          "figures/remedies", "runs/remedies",
+          lambda ctx: [Command(("python", "experiments/gap_tables.py")
+                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS)
+                               + ("--out", "figures/remedies", "--title", "Remedies")),
+                       Command(("python", "experiments/inference_costs.py")
+                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
+                               stdout="figures/remedies/inference.md")]
+          + [step for cell in REMEDY_CELLS for step in comparison_copies(
+              "runs/remedies/%s" % cell, "figures/remedies/%s" % cell)],
+          ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
+          "figures/cap-check", "runs/cap-check",
+          lambda ctx: [Command(("python", "experiments/cap_check.py", ctx.one(run) + "/gap-test.json",
+                                "runs/cap-check/%s.json" % name), stdout="figures/cap-check/%s.md" % name)
+                       for run, name in CAP_CHECK],
+          tuple("runs/cap-check/%s.json" % name for _, name in CAP_CHECK)
+          + tuple(run + "/gap-test.json" for run, _ in CAP_CHECK), script_reports=True,
+          needs=(Need("sa-vi", (CAP_CHECK[0][0] + "/gap-test.json",), "the A-VI k = 64 seed 0 run's test gap report"),
+                 Need("gap-vs-n", (CAP_CHECK[1][0] + "/gap-test.json",),
+                      "the N = 8,000 A-VI k = 64 seed 0 run's test gap report"),
+                 Need("informative", (CAP_CHECK[2][0] + "/gap-test.json",), "the F-VI seed 0 run's test gap report"))),
+    Study("plateau", "when A-VI and F-VI leave the mean image, both objectives, 3 seeds", "figures/plateau",
+          "runs/plateau-*",
+          lambda ctx: [Command(("python", "experiments/plateau_report.py", Glob("runs/plateau-*/results.jsonl", True),
+                                "--out", "figures/plateau"))],
+          ("runs/plateau-*/results.jsonl",), data=True, args=lambda ctx: [(ctx.data, " ".join(map(str, SEEDS)))]),
+    Study("studies-end", "both studies to their end, both objectives, one seed", "figures/studies-end", "runs/end-*",
+          lambda ctx: [Command(("python", "experiments/plateau_report.py", Glob("runs/end-*/results.jsonl", True),
+                                "--out", "figures/studies-end")),
+                       Command(("python", "experiments/studies_end_status.py", Glob("runs/end-*/runs", True)),
+                               stdout="figures/studies-end/status.md")],
+          ("runs/end-*/results.jsonl",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("reference-cpu", "both presets on MNIST 8,000 / 2,000, one seed, truncated to a CPU",
+          "figures/*-study-cpu", "figures/*-study-cpu",
+          lambda ctx: [plot(f) for f in ctx.folders("figures/*-study-cpu/results.jsonl")],
+          ("figures/*-study-cpu/results.jsonl",), data=True, script_reports=True,
+          args=lambda ctx: [(study, ctx.data) for study in REFERENCE_CPU]),
+    compare_study("mnist", "the reference grid at the reference study's scale on MNIST (a GPU)"),
+    compare_study("fashion-mnist", "the same on FashionMNIST (a GPU)"),
+)}
