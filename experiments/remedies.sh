@@ -9,16 +9,20 @@
 # 3,000 steps, the best Gaussian beside).
 # One comparison folder per cell, runs/remedies/CELL, one after the other, cheapest first, one torch thread.
 # Resumable: run the same command again. Then the report: python experiments/study.py remedies --report-only
-# Use: experiments/remedies.sh MNIST_IDX_FOLDER, or through the driver:
+# Use: experiments/remedies.sh MNIST_IDX_FOLDER [CELL ...], or through the driver:
 #      python experiments/study.py remedies --data ../shared/data/mnist
+# Named cells alone (e.g. two processes on two cores, each with its own cells): experiments/remedies.sh DATA a-vi f-vi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
+shift
+only=" $* "
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/remedies
 cell() {  # NAME, then compare's options for it
   local name=$1
   shift
+  if [ "$only" != "  " ] && [[ "$only" != *" $name "* ]]; then return; fi
   python -m amortized_pyro compare --config experiments/informative.toml --widths 64 --seeds 0,1,2 \
     --dataset "$data" --n-obs 8000 --n-test 2000 --epochs 157 --eval-every 50 --gap-images 20 \
     --checkpoint-every 5m --no-progress --study "remedies: $name" --out "runs/remedies/$name" "$@" \

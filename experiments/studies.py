@@ -1,6 +1,6 @@
 """The registry of experiments/: every study (one script experiments/NAME.sh, its report, what it needs from
 the others), read by the driver experiments/study.py."""
-from study_steps import Command, Copy, Glob, Need, Study, plot
+from study_steps import Command, Copy, Glob, Mirror, Need, Study, plot
 
 SEEDS = (0, 1, 2)
 INFORMATIVE = "runs/informative/runs/mnist-sample"  # the informative study's run directories
@@ -89,22 +89,21 @@ STUDIES = {study.name: study for study in (
                       "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),
     Study("architectures", "the gap across decoders: {MLP, conv} × {Bayesian, standard VAE}, A-VI k = 64 and F-VI",
           "figures/architectures", "runs/architectures",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py")
-                               + tuple("runs/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
-                               + ("--out", "figures/architectures", "--title", "Decoders"))]
-          + [step for cell in ARCHITECTURE_CELLS for step in comparison_copies(
-              "runs/architectures/%s" % cell, "figures/architectures/%s" % cell)],
+          lambda ctx: [Mirror("runs/architectures/%s" % cell, "figures/architectures/%s" % cell)
+                       for cell in ARCHITECTURE_CELLS]
+          + [Command(("python", "experiments/gap_tables.py")
+                     + tuple("figures/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
+                     + ("--out", "figures/architectures", "--title", "Decoders"))],
           ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
           "figures/remedies", "runs/remedies",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py")
-                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS)
-                               + ("--out", "figures/remedies", "--title", "Remedies")),
-                       Command(("python", "experiments/inference_costs.py")
-                               + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
-                               stdout="figures/remedies/inference.md")]
-          + [step for cell in REMEDY_CELLS for step in comparison_copies(
-              "runs/remedies/%s" % cell, "figures/remedies/%s" % cell)],
+          lambda ctx: [Mirror("runs/remedies/%s" % cell, "figures/remedies/%s" % cell) for cell in REMEDY_CELLS]
+          + [Command(("python", "experiments/gap_tables.py")
+                     + tuple("figures/remedies/%s" % cell for cell in REMEDY_CELLS)
+                     + ("--out", "figures/remedies", "--title", "Remedies")),
+             Command(("python", "experiments/inference_costs.py")
+                     + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
+                     stdout="figures/remedies/inference.md")],
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",

@@ -110,6 +110,33 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Mirror:
+    """A comparison folder's small files (its table and results; each run's settings, metrics, summary and gap
+    reports) copied into ``dest`` in the same layout, so that the gap tables can be drawn again from what is
+    committed once runs/ (ignored: parameters, checkpoints) is gone. A folder not there yet (a study's later
+    cell) is noted and skipped."""
+    source: str
+    dest: str
+    FILES = ("summary.md", "results.jsonl", "runs/*/*/config.json", "runs/*/*/metrics.jsonl",
+             "runs/*/*/summary.json", "runs/*/*/gap-*.json")
+
+    def text(self):
+        return "cp %s/{summary.md,results.jsonl,runs/*/*/{config,summary}.json,...} %s/" % (self.source, self.dest)
+
+    def run(self, root):
+        source = root / self.source
+        if not source.is_dir():
+            print("study.py: no %s yet: skipped" % self.source, file=sys.stderr)
+            return 0
+        for pattern in self.FILES:
+            for path in sorted(source.glob(pattern)):
+                target = root / self.dest / path.relative_to(source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+        return 0
+
+
+@dataclass(frozen=True)
 class Need:
     """What a study reads from another: files (relative to the root; a glob stands only for the dataset folder's
     name and must match exactly one file) and, in words, what they are."""

@@ -99,7 +99,7 @@ def test_every_report_script_exists_and_every_report_writes_under_figures(tmp_pa
         steps = entry.report(ctx)
         assert steps, entry.name
         for step in steps:
-            if isinstance(step, study_steps.Copy):
+            if isinstance(step, (study_steps.Copy, study_steps.Mirror)):
                 assert step.dest.startswith(entry.figures)
                 continue
             argv = [a.text() if isinstance(a, study_steps.Glob) else a for a in step.argv]
@@ -366,3 +366,16 @@ def test_the_driver_copies_the_held_out_study_into_figures(root, capsys):
     assert status == 0, err
     assert sorted(p.name for p in (root / "figures" / "held-out").iterdir()) == [
         "gaps.png", "held_out.jsonl", "held_out.md", "references.jsonl"]
+
+
+def test_a_mirror_keeps_a_comparisons_small_files_in_their_layout_and_skips_a_cell_not_begun(tmp_path, capsys):
+    run = "runs/remedies/a-vi/runs/mnist/A-VI_k_64-seed0"
+    small = ("runs/remedies/a-vi/summary.md", "runs/remedies/a-vi/results.jsonl") + tuple(
+        "%s/%s" % (run, f) for f in ("config.json", "metrics.jsonl", "summary.json", "gap-train.json", "gap-test.json"))
+    touch(tmp_path, *small, *("%s/%s" % (run, f) for f in ("params.pt", "checkpoint.pt", "recon.png")))
+    for source in ("runs/remedies/a-vi", "runs/remedies/f-vi"):
+        step = study_steps.Mirror(source, source.replace("runs/", "figures/", 1))
+        assert step.run(tmp_path) == 0
+    copied = sorted(str(p.relative_to(tmp_path / "figures")) for p in (tmp_path / "figures").rglob("*") if p.is_file())
+    assert copied == sorted(p.replace("runs/", "", 1) for p in small)
+    assert "no runs/remedies/f-vi yet" in capsys.readouterr().err
