@@ -8,16 +8,23 @@
 # MLP in every cell (the decoder is what varies). One comparison folder per cell, runs/architectures/CELL, one
 # after the other (MLP first: the conv decoder's step costs about 3.6× the MLP's, BENCHMARKS.md), one torch thread.
 # Resumable: run the same command again. Then the report: python experiments/study.py architectures --report-only
-# Use: experiments/architectures.sh MNIST_IDX_FOLDER, or through the driver:
+# Use: experiments/architectures.sh MNIST_IDX_FOLDER [CELL ...], or through the driver:
 #      python experiments/study.py architectures --data ../shared/data/mnist
+# Named cells alone (e.g. two processes on two cores): experiments/architectures.sh DATA conv-normal conv-none
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
+shift
+only=" $* "
+for name in "$@"; do
+  case " mlp-normal mlp-none conv-normal conv-none " in *" $name "*) ;; *) echo "$(basename "$0"): no cell $name (cells: mlp-normal mlp-none conv-normal conv-none)" >&2; exit 2 ;; esac
+done
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/architectures
 for decoder in mlp conv; do
   for prior in normal none; do
     cell="$decoder-$prior"
+    if [ "$only" != "  " ] && [[ "$only" != *" $cell "* ]]; then continue; fi
     python -m amortized_pyro compare --config experiments/informative.toml --guides amortized,per-datapoint \
       --widths 64 --seeds 0,1,2 --dataset "$data" --n-obs 8000 --n-test 2000 --epochs 157 --eval-every 50 \
       --decoder "$decoder" --decoder-prior "$prior" --gap-images 20 --checkpoint-every 5m --no-progress \
