@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 data=$1
 shift
 only=" $* "
+for name in "$@"; do
+  case " a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20 " in *" $name "*) ;; *) echo "$(basename "$0"): no cell $name (cells: a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20)" >&2; exit 2 ;; esac
+done
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/remedies
 cell() {  # NAME, then compare's options for it
