@@ -21,6 +21,7 @@ between the N, as the runs recorded it (trained epochs, data source, settings).
 import argparse
 import json
 import math
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -204,8 +205,9 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
-    (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s\n\n%s"
-                                 % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, text))
+    title = " --title %s" % shlex.quote(args.title) if args.title else ""
+    (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s%s\n\n%s"
+                                 % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, title, text))
     figure(reports, out / "gaps.png", args.title, by_n_note(reports, runs) if args.by_n else None)
     print(text)
 
