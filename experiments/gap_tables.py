@@ -15,7 +15,8 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± 1 s.e. (the
               title says over what); a missing value (F-VI's held-out amortization gap) as "n/a", no bar; hatched
               where some q* or q*_m stopped at its step cap; the approximation gap against IWAE's log p(x)
-With --by-n each configuration's label names its N (training images), and the figure's title what else differs
+With --against LABEL gaps.md ends with every other configuration's gaps minus that one's, in nats and in standard
+errors. With --by-n each configuration's label names its N (training images), and the figure's title what else differs
 between the N, as the runs recorded it (trained epochs, data source, settings).
 """
 import argparse
@@ -192,12 +193,42 @@ def figure(reports, path, title, note=None):
     return save_figure(fig, path)
 
 
+def against_table(reports, base):
+    """Every other configuration's three gaps minus ``base``'s, split by split: the difference of the pooled
+    means and that difference over √(s.e.₁² + s.e.₂²), the standard errors taken as independent (each
+    configuration trained its own decoders; where the images are the same the pairing is left unused, which
+    makes the ratio conservative)."""
+    groups = seed_groups(reports)
+    if not any(label == base for label, _ in groups):
+        raise SystemExit("--against %s: no such configuration (there are: %s)" % (
+            base, ", ".join(sorted({label for label, _ in groups}, key=display_order))))
+    lines = ["Each configuration's gaps minus %s's (nats per image; in brackets, the difference over its standard "
+             "error, the two standard errors taken as independent):" % base, "",
+             "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS) + " |", "|---" * 5 + "|"]
+    for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]),
+                                                                          item[0][1] != "train")):
+        if label == base or (base, split) not in groups:
+            continue
+        cells = []
+        for name in GAPS:
+            mine, theirs = gap_over_seeds(group, name), gap_over_seeds(groups[(base, split)], name)
+            if mine is None or theirs is None or math.isnan(mine["mean"]) or math.isnan(theirs["mean"]):
+                cells.append("n/a")
+                continue
+            difference = mine["mean"] - theirs["mean"]
+            cells.append("%+.1f (%+.1f s.e.)" % (difference, difference / math.hypot(mine["stderr"], theirs["stderr"])))
+        lines.append("| %s | %s | %s |" % (label, split, " | ".join(cells)))
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+")
     parser.add_argument("--out", required=True)
     parser.add_argument("--by-n", action="store_true", help="name each configuration's N in its label")
     parser.add_argument("--title", default="Gaps")
+    parser.add_argument("--against", metavar="LABEL",
+                        help="add each configuration's gaps minus this one's (e.g. 'A-VI k=64'), in standard errors")
     args = parser.parse_args()
     reports, runs = collect(args.folders, args.by_n)
     if not reports:
@@ -205,9 +236,12 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
-    title = " --title %s" % shlex.quote(args.title) if args.title else ""
+    if args.against:
+        text += "\n" + against_table(reports, args.against) + "\n"
+    options = " --title %s" % shlex.quote(args.title) + (" --against %s" % shlex.quote(args.against)
+                                                          if args.against else "")
     (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s%s\n\n%s"
-                                 % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, title, text))
+                                 % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, options, text))
     figure(reports, out / "gaps.png", args.title, by_n_note(reports, runs) if args.by_n else None)
     print(text)
 

@@ -100,7 +100,7 @@ STUDIES = {study.name: study for study in (
           lambda ctx: [Mirror("runs/remedies/%s" % cell, "figures/remedies/%s" % cell) for cell in REMEDY_CELLS]
           + [Command(("python", "experiments/gap_tables.py")
                      + tuple("figures/remedies/%s" % cell for cell in REMEDY_CELLS)
-                     + ("--out", "figures/remedies", "--title", "Remedies")),
+                     + ("--out", "figures/remedies", "--title", "Remedies", "--against", "A-VI k=64")),
              Command(("python", "experiments/inference_costs.py")
                      + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
                      stdout="figures/remedies/inference.md")],

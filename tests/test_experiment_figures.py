@@ -172,3 +172,22 @@ def test_plateau_curves_are_told_apart_and_seeds_said(tmp_path, monkeypatch, sav
         under, over = fvi[0], fvi[-1]
         assert under.get_zorder() < over.get_zorder() and over.get_linewidth() < under.get_linewidth()
         assert (under.get_alpha() or 1) < (over.get_alpha() or 1)  # one colour: the wide one pale under the thin
+
+
+def test_against_gives_each_configurations_gaps_minus_the_named_ones_in_standard_errors(tmp_path, monkeypatch, saved):
+    """One seed each: the summaries as they are, so the differences and ratios are known in closed form."""
+    write_run(tmp_path / "a", "A-VI_k_8-seed0", [gap_report("A-VI k=8", s, None, amortization=3.0) for s in ("train", "test")])
+    write_run(tmp_path / "b", "SA-VI_k_8_r_5-seed0", [gap_report("SA-VI k=8 r=5", "train", None, amortization=1.0)])
+    write_run(tmp_path / "c", "F-VI-seed0", [gap_report("F-VI", "test", None, amortization=None)])
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "a", tmp_path / "b", tmp_path / "c", "--out", tmp_path / "out",
+               "--against", "A-VI k=8")
+    text = (tmp_path / "out" / "gaps.md").read_text()
+    assert text.splitlines()[0].endswith("--out %s --title Gaps --against 'A-VI k=8'" % (tmp_path / "out"))
+    rows = [line for line in text.splitlines() if line.startswith("| SA-VI") or line.startswith("| F-VI")][-2:]
+    # amortization 1 − 3 = −2 over √(0.5² + 0.5²); coupling and approximation gaps equal: 0
+    assert rows == ["| SA-VI k=8 r=5 | train | -2.0 (-2.8 s.e.) | +0.0 (+0.0 s.e.) | +0.0 (+0.0 s.e.) |",
+                    "| F-VI | test | n/a | +0.0 (+0.0 s.e.) | +0.0 (+0.0 s.e.) |"]
+    with pytest.raises(SystemExit, match="--against A-VI k=64: no such configuration .*A-VI k=8, SA-VI k=8 r=5"):
+        run_script(monkeypatch, "gap_tables.py", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "out2",
+                   "--against", "A-VI k=64")
+    assert not (tmp_path / "out2").exists() or not any((tmp_path / "out2").iterdir())
