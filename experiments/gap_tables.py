@@ -15,8 +15,8 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± 1 s.e. (the
               title says over what); a missing value (F-VI's held-out amortization gap) as "n/a", no bar; hatched
               where some q* or q*_m stopped at its step cap; the approximation gap against IWAE's log p(x)
-With --against LABEL gaps.md ends with every other configuration's gaps minus that one's, in nats and in standard
-errors. With --by-n each configuration's label names its N (training images), and the figure's title what else differs
+With --against LABEL (repeatable) gaps.md ends with every other configuration's gaps minus that one's, in nats and
+in standard errors. With --by-n each configuration's label names its N (training images), and the figure's title what else differs
 between the N, as the runs recorded it (trained epochs, data source, settings).
 """
 import argparse
@@ -227,8 +227,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--by-n", action="store_true", help="name each configuration's N in its label")
     parser.add_argument("--title", default="Gaps")
-    parser.add_argument("--against", metavar="LABEL",
-                        help="add each configuration's gaps minus this one's (e.g. 'A-VI k=64'), in standard errors")
+    parser.add_argument("--against", metavar="LABEL", action="append", default=[],
+                        help="add each configuration's gaps minus this one's (e.g. 'A-VI k=64'), in standard errors; "
+                             "repeat for more tables")
     args = parser.parse_args()
     reports, runs = collect(args.folders, args.by_n)
     if not reports:
@@ -236,10 +237,10 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
-    if args.against:
-        text += "\n" + against_table(reports, args.against) + "\n"
-    options = " --title %s" % shlex.quote(args.title) + (" --against %s" % shlex.quote(args.against)
-                                                          if args.against else "")
+    for base in args.against:
+        text += "\n" + against_table(reports, base) + "\n"
+    options = " --title %s" % shlex.quote(args.title) + "".join(" --against %s" % shlex.quote(base)
+                                                                 for base in args.against)
     (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s%s\n\n%s"
                                  % (" ".join(args.folders), " --by-n" if args.by_n else "", args.out, options, text))
     figure(reports, out / "gaps.png", args.title, by_n_note(reports, runs) if args.by_n else None)

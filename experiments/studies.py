@@ -93,7 +93,8 @@ STUDIES = {study.name: study for study in (
                        for cell in ARCHITECTURE_CELLS]
           + [Command(("python", "experiments/gap_tables.py")
                      + tuple("figures/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
-                     + ("--out", "figures/architectures", "--title", "Decoders"))],
+                     + ("--out", "figures/architectures", "--title", "Decoders", "--against", "A-VI k=64",
+                        "--against", "A-VI k=64, conv decoder, point θ"))],
           ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
           "figures/remedies", "runs/remedies",
