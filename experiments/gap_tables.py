@@ -234,11 +234,11 @@ def main():
     reports, runs = collect(args.folders, args.by_n)
     if not reports:
         raise SystemExit("no gap reports under %s" % ", ".join(args.folders))
+    text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
+    for base in args.against:  # a label not there stops here, before anything is written
+        text += "\n" + against_table(reports, base) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
-    for base in args.against:
-        text += "\n" + against_table(reports, base) + "\n"
     options = " --title %s" % shlex.quote(args.title) + "".join(" --against %s" % shlex.quote(base)
                                                                  for base in args.against)
     (out / "gaps.md").write_text("Command: python experiments/gap_tables.py %s%s --out %s%s\n\n%s"
