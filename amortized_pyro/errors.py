@@ -8,6 +8,11 @@ class AmortizedPyroError(Exception):
     """A user-facing error: bad option, missing or corrupt data, absent device, diverged run."""
 
 
+class GuideError(AmortizedPyroError, ValueError):
+    """A guide builder cannot serve this model or these options; also a ``ValueError``, as Pyro's autoguides
+    raise for bad options."""
+
+
 class InvalidSettings(AmortizedPyroError):
     """Settings that break a field's rule or disagree with each other, before anything runs; ``fields`` names
     them (the command line names their options and exits with its usage status, 2)."""

@@ -11,20 +11,24 @@ datapoints, by :meth:`AutoLocalGuide.local_factor`; everything else (reading the
 sampling, the gap's access to q) lives here once.
 """
 import contextlib
+from operator import attrgetter
 
 import torch
 
 import pyro
 import pyro.distributions as dist
 from pyro import poutine
-from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
-
 from pyro.distributions.util import sum_rightmost
+from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
+from pyro.infer.autoguide.initialization import init_to_feasible
+from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
-from amortized_pyro.autoguides.structure import plate_indices, read_structure
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.autoguides.posterior import local_median, local_quantiles
+from amortized_pyro.autoguides.masking import local_masks, masked_sites
+from amortized_pyro.autoguides.structure import global_sites_model, local_init, plate_recipe, read_structure
+from amortized_pyro.errors import GuideError
 from amortized_pyro.support.streams import outside_the_stream
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
@@ -35,7 +39,7 @@ LOCAL_FLOW = "_local_flow"  # the guide's auxiliary site of the flat local vecto
 
 def _check_objective(objective, part):
     if objective not in OBJECTIVES or (objective != "elbo" and not hasattr(part, "objective")):
-        raise AmortizedPyroError("objective must be one of %s, and %r needs a global part of one's own that scores "
+        raise GuideError("objective must be one of %s, and %r needs a global part of one's own that scores "
                                  "its draws so (an objective attribute); got %r"
                                  % (", ".join(OBJECTIVES), "reference", objective))
 
@@ -49,6 +53,11 @@ class AutoLocalGuide(AutoGuide):
         local site that also varies over a nested plate is refused), and whose global latent sites sit
         outside it.
     :param str plate: the name of the data plate.
+    :param callable init_loc_fn: Pyro's initialization strategy (``init_to_feasible``, the default, which is
+        μ = 0 in unconstrained space; ``init_to_median``, ``init_to_sample``, ``init_to_mean``,
+        ``init_to_value``, ...) for the global part and the free factors' μ_n (per-datapoint: each datapoint of
+        the prototype call its own, repeated periodically over the plate's full size where it was subsampled,
+        as Pyro's AutoNormal repeats; shared: their mean); an encoder starts at torch's initialization.
     :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
         (per-datapoint, shared) and of AutoNormal's global factors; an encoder's initial σ_n is
         ``init_scale`` times exp of its log-scale head at torch's default initialization.
@@ -73,29 +82,46 @@ class AutoLocalGuide(AutoGuide):
         autoregressive, conditioned on the encoder's features in the amortized family, unconditional in the free
         ones; they start as the identity); 0: the Gaussian factor alone.
     :param int flow_width: the width of each transform's hyper-network (two hidden layers).
+    :param callable local_mask: for a model that masks its local sites (``poutine.mask``, ``.mask(...)``: padded
+        steps of a sequence), a function of the model's arguments returning the mask of this call's datapoints,
+        a bool tensor [B] (every local site) or site → [B] (the sites it names), as the model computes it; the
+        guide's log q of those rows is masked the same way, so they pay no entropy and do not drift, and
+        SA-VI's and IA-VI's local ELBO give their coordinates a standard Normal reference instead of the
+        model's (absent) terms, which bounds them. A model that masks a local site with a tensor is refused
+        without it (the guide runs before the model and cannot read the mask); not with a flow.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
-        data plate (and others). Without it, each call runs the model's code up to its data plate (hidden,
-        its sample sites at their prototype values: what it computes before the plate is computed twice per
-        step) to read the plate's size and subsample indices. As a part of Pyro's ``AutoGuideList`` the
-        guide takes the list's plates, so give the list the ``create_plates`` of a subsampled model.
+        data plate (and others). Without it, the plate follows the arguments as it did in the first call
+        (:class:`~.structure.PlateRecipe`: subsample indices given as an argument, a minibatch the plate draws,
+        or every datapoint, its size read off the argument it matched); the model is not run again. As a part
+        of Pyro's ``AutoGuideList`` the guide takes the list's plates, so give the list the ``create_plates`` of
+        a subsampled model.
+
+    The model is run once, at the first call (the prototype); pickling drops it, as Pyro's autoguides do, and
+    an unpickled guide works on without it (SA-VI and IA-VI, which refine on the model's local ELBO, keep it: it
+    must then be picklable, a module-level function or a module).
     """
 
-    def __init__(self, model, *, plate="data", init_scale=DEFAULT_INIT_SCALE, globals="normal", objective="elbo",
-                 annealing=None, datapoint_indices=None, create_plates=None, flow=0, flow_width=DEFAULT_FLOW_WIDTH):
+    def __init__(self, model, *, plate="data", init_loc_fn=init_to_feasible, init_scale=DEFAULT_INIT_SCALE,
+                 globals="normal", objective="elbo", annealing=None, datapoint_indices=None, create_plates=None,
+                 local_mask=None, flow=0, flow_width=DEFAULT_FLOW_WIDTH):
         own = isinstance(globals, torch.nn.Module)
         if not own and globals not in GLOBAL_GUIDES:
-            raise AmortizedPyroError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
+            raise GuideError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
                                                                                        globals))
         _check_objective(objective, globals)
         if not init_scale > 0:
-            raise AmortizedPyroError("init_scale must be positive, got %r" % init_scale)
-        if flow < 0 or flow_width < 1 or (flow and objective != "elbo"):
-            raise AmortizedPyroError("a flow needs flow >= 0, flow_width >= 1 and the ELBO objective; got %r, %r, %r"
-                                     % (flow, flow_width, objective))
+            raise GuideError("init_scale must be positive, got %r" % init_scale)
+        if flow < 0 or flow_width < 1 or (flow and (objective != "elbo" or local_mask is not None)):
+            raise GuideError("a flow needs flow >= 0, flow_width >= 1, the ELBO objective and no local_mask; got "
+                             "%r, %r, %r, %r" % (flow, flow_width, objective, local_mask))
+        if not callable(init_loc_fn):
+            raise GuideError("init_loc_fn must be one of Pyro's initialization strategies (a function of a site), "
+                             "got %r" % (init_loc_fn,))
         super().__init__(model, create_plates=self._plates_of_call)
         self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), "own" if own else globals
         self._user_plates, self.annealing, self.datapoint_indices = create_plates, annealing, datapoint_indices
-        self.structure = None
+        self.init_loc_fn, self.local_mask = init_loc_fn, local_mask
+        self.structure, self.recipe, self.init_locs = None, None, None
         self.q_theta = globals if own else None
         self.objective = objective
         if own and hasattr(globals, "objective"):
@@ -105,28 +131,62 @@ class AutoLocalGuide(AutoGuide):
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
+        """Run the model once (every site, observed and subsample ones too) and read off it the structure, the
+        plate's recipe, AutoGuide's prototype trace and frames, the free factors' initial μ and the global part."""
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # the model's prototype draws leave the random streams as they were
-            super()._setup_prototype(*args, **kwargs)
-            full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # observed sites too
+            full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # the one model run
             self.structure = read_structure(full, self.plate)
-            self._before_plate = {name: self.prototype_trace.nodes[name]["value"] for name in self.structure.globals}
+            self.prototype_trace = full.copy()  # AutoGuide's: the latent sites only
+            for name, site in list(full.nodes.items()):
+                if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                    self.prototype_trace.remove_node(name)
+            if self.master is not None:
+                self.master()._check_prototype(self.prototype_trace)
+            self._prototype_frames = {frame.name: frame for _, site in self.prototype_trace.iter_stochastic_nodes()
+                                      for frame in site["cond_indep_stack"]}
+            masked = masked_sites(full, self.structure)
+            if masked and self.local_mask is None:
+                raise GuideError("the model masks the local site %r: give local_mask=a function of the model's "
+                                 "arguments returning the mask of the call's datapoints [B], as the model "
+                                 "computes it" % masked[0])
+            if self._user_plates is None or self.plate not in [p.name for p in self._listed_plates(args, kwargs)]:
+                self.recipe = plate_recipe(full, self.plate, args, kwargs, self.recipe_hint())
             with poutine.block():  # the prototype call's plates, seen by nobody
                 indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
-            if self.structure.globals and self.q_theta is None:  # AutoNormal/AutoDelta, their prototype now too
-                hidden = poutine.block(self.model, hide=[site.name for site in self.structure.locals])
+            self.init_locs = local_init(full, self.structure, self.init_loc_fn)
+            if self.structure.globals and self.q_theta is None:  # AutoNormal/AutoDelta on the recorded global sites
                 part = GLOBAL_GUIDES[self.globals_kind]
-                self.q_theta = part(hidden, init_scale=self.init_scale) if part is AutoNormal else part(hidden)
+                options = {"init_scale": self.init_scale} if part is AutoNormal else {}
+                self.q_theta = part(global_sites_model(full, self.structure), init_loc_fn=self.init_loc_fn, **options)
                 with poutine.block():
                     self.q_theta._setup_prototype(*args, **kwargs)
         self._setup_local(indices, args, kwargs, self._device(full))
         if self.flow_transforms:
             if self.structure.size < 2:  # Zuko's one-variable transform has no hyper-network to start at zero
-                raise AmortizedPyroError("a flow needs local latents of 2 or more dimensions (here %d): on one, an "
-                                         "affine flow is a Gaussian again" % self.structure.size)
+                raise GuideError("a flow needs local latents of 2 or more dimensions (here %d): on one, an "
+                                 "affine flow is a Gaussian again" % self.structure.size)
             with outside_the_stream():  # leaves the stream as the Gaussian guide leaves it: one starts as the other
                 self.flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
                                       self.flow_width).to(self._device(full))
+
+    def __getstate__(self):
+        """Pyro's: the model and the master guide dropped (here on the copy only: Pyro's drops them from the
+        guide itself too), but where the family's factor is defined through the model (:meth:`keeps_model`)."""
+        model, master = self._model, self.master
+        state = dict(super().__getstate__())
+        self._model, self.master = model, master
+        if self.keeps_model():
+            state["_model"] = model
+        return state
+
+    def keeps_model(self):
+        """Whether pickling keeps the model (a family's hook; here not, as Pyro's autoguides)."""
+        return False
+
+    def recipe_hint(self):
+        """The argument the plate's size is best read from when several match (a family's hook; none here)."""
+        return None
 
     def _indices(self, plates, args, kwargs):
         """This call's datapoints: the data plate's subsample indices, or ``datapoint_indices``' answer."""
@@ -153,20 +213,16 @@ class AutoLocalGuide(AutoGuide):
             return self.plates
         return super()._create_plates(*args, **kwargs)
 
+    def _listed_plates(self, args, kwargs):
+        plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
+        return [plates] if isinstance(plates, pyro.plate) else list(plates)
+
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
-        call (its size and subsample indices read by running the model up to it) where the user gives none."""
-        plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
-        plates = [plates] if isinstance(plates, pyro.plate) else list(plates)
+        call (:class:`~.structure.PlateRecipe`) where the user gives none."""
+        plates = self._listed_plates(args, kwargs)
         if self.plate not in [p.name for p in plates]:
-            if self._model is None:
-                raise AmortizedPyroError("this guide was unpickled without its model (Pyro's autoguides drop it): "
-                                         "build the guide again on the model and load its state_dict, or give it "
-                                         "create_plates")
-            size, subsample_size, indices, device = plate_indices(self.model, self.plate, self._before_plate, args,
-                                                                  kwargs)
-            plates.append(pyro.plate(self.plate, size, subsample_size=subsample_size, subsample=indices,
-                                     dim=self.structure.dim, device=device))
+            plates.append(self.recipe.plate(self.plate, args, kwargs))
         return plates
 
     # ---- what a family provides ---------------------------------------------------------------------------
@@ -193,16 +249,53 @@ class AutoLocalGuide(AutoGuide):
             indices = self._indices(plates, args, kwargs)
             loc, scale, terms = self.local_terms(indices, args, kwargs, result)
             locs, scales = self.structure.split(loc), self.structure.split(scale)
+            masks = self.site_masks(args, kwargs, loc.shape[-2])
             with plates[self.plate]:
                 if self.flow is not None:
                     result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
                 for site in self.structure.locals if self.flow is None else ():
                     base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                     q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
-                    result[site.name] = pyro.sample(site.name, q)
+                    result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
+                                                    else q.mask(masks[site.name]))
                 if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
                     pyro.factor(LOCAL_TERMS, terms.detach() - terms, has_rsample=True)
         return result
+
+    def site_masks(self, args, kwargs, batch):
+        """site → the call's mask [B, 1…] of the sites ``local_mask`` masks ({} without it)."""
+        if self.local_mask is None:
+            return {}
+        return local_masks(self.local_mask(*args, **kwargs), self.structure, batch)[0]
+
+    def coordinate_mask(self, args, kwargs, batch):
+        """The call's mask of the flat layout's coordinates [B, size] (True: kept), or None without ``local_mask``."""
+        if self.local_mask is None:
+            return None
+        return local_masks(self.local_mask(*args, **kwargs), self.structure, batch)[1]
+
+    def median(self, *args, **kwargs):
+        """site → the median of q: the global sites' as the global part gives them (AutoNormal's), the local
+        sites' for the datapoints of this call (:func:`~.posterior.local_median`; a flow's by sampling)."""
+        if self.prototype_trace is None:
+            with torch.no_grad():
+                self(*args, **kwargs)
+        return {**self.global_mean(), **local_median(self, args, kwargs)}
+
+    @torch.no_grad()
+    def quantiles(self, quantiles, *args, **kwargs):
+        """site → the ``quantiles`` (a list of numbers in (0, 1)) of q, each [len(quantiles), *site's shape]: the
+        global sites' as AutoNormal gives them (a point mass's: its value, repeated), the local sites' for the
+        datapoints of this call (:func:`~.posterior.local_quantiles`; a flow's by sampling)."""
+        if self.prototype_trace is None:
+            self(*args, **kwargs)
+        if self.q_theta is None:
+            found = {}
+        elif hasattr(self.q_theta, "quantiles"):
+            found = self.q_theta.quantiles(quantiles, *args, **kwargs)
+        else:  # a point mass (AutoDelta) or a module of one's own without quantiles: its median, repeated
+            found = {name: value.expand((len(quantiles),) + value.shape) for name, value in self.global_mean().items()}
+        return {**found, **local_quantiles(self, quantiles, args, kwargs)}
 
     def _flow_draws(self, loc, scale, context):
         """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
@@ -234,7 +327,7 @@ class AutoLocalGuide(AutoGuide):
     def check_gaussian(self, what):
         """Refuse ``what`` in one line for a flow guide (something that takes a Gaussian factor)."""
         if self.flow is not None:
-            raise AmortizedPyroError("%s takes a Gaussian q(z_n); this guide has a flow (flow=%d): measure it with "
+            raise GuideError("%s takes a Gaussian q(z_n); this guide has a flow (flow=%d): measure it with "
                                      "`gap` (q* in its own family), without refinement rows"
                                      % (what, self.flow_transforms))
 
@@ -285,7 +378,7 @@ class AutoLocalGuide(AutoGuide):
             return self.q_theta.sample(generator)
         part, draws = self.q_theta, {}
         for name, site in part.prototype_trace.iter_stochastic_nodes():
-            loc, scale = part._get_loc_and_scale(name)
+            loc, scale = attrgetter(name)(part.locs), attrgetter(name)(part.scales)  # AutoNormal's PyroParams
             eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
             draws[name] = torch.distributions.biject_to(site["fn"].support)(loc + scale * eps)
         return draws

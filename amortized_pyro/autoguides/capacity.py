@@ -22,7 +22,7 @@ import pyro
 
 from amortized_pyro.autoguides.families import AutoAmortizedNormal
 from amortized_pyro.autoguides.gap import measure_gap
-from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.settings import Checked, setting
 from amortized_pyro.support.streams import outside_the_stream
@@ -69,7 +69,7 @@ def until_converged(epoch, optimizer, training, n, target=-math.inf, window_end=
 
 
 def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, encoder_input=None, training=None,
-                        seed=0, **kwargs):
+                        seed=0, draws="auto", **kwargs):
     """A fresh :class:`~amortized_pyro.autoguides.AutoAmortizedNormal` on the trained ``guide``'s frozen
     global part, its encoder trained to convergence on the local ELBO of the call ``model(*args, **kwargs)``
     (module docstring). Built and trained with module-local parameters: nothing of Pyro's param store is
@@ -85,10 +85,13 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     :param EncoderTraining training: the optimizer and convergence rule; ``encoder_batch_size`` is unused
         (each step takes the call's datapoints).
     :param int seed: the encoder's initialization and the draws of θ and z.
+    :param str draws: how the model is run on the draws (:func:`~amortized_pyro.autoguides.measure_gap`'s
+        option): ``"auto"``, ``"stacked"`` or ``"one-at-a-time"``.
     :returns: (the fresh guide, epochs run, whether the cap was hit, the last window's mean local ELBO per
         datapoint).
     """
     training = (training or EncoderTraining()).check()
+    check_draws(draws)
     if encoder_input is None:
         encoder_input = getattr(guide, "encoder_input", 0)
     device = next(guide.parameters()).device
@@ -105,7 +108,7 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
         if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient
             fresh.q_theta.load_state_dict(guide.q_theta.state_dict())
         indices = fresh.indices_of(*args, **kwargs)
-        log_joint = LocalJoint(model, fresh.structure, args, kwargs, indices)
+        log_joint = LocalJoint(model, fresh.structure, args, kwargs, indices, draws=draws)
         placeholder = torch.empty(len(indices), 0, device=device)  # log_weights takes n from it; args hold x
         generator = torch.Generator(device).manual_seed(seed)
         optimizer = torch.optim.Adam(fresh.q_z.parameters(), lr=training.encoder_lr)
@@ -124,7 +127,7 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
 
 
 def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 256), layers=(2,), seeds=(0,),
-                   encoder_input=None, training=None, settings=None, log=print):
+                   encoder_input=None, training=None, settings=None, draws="auto", log=print):
     """For every width × hidden layers × seed, a fresh encoder trained on ``guide``'s frozen q(θ)
     (:func:`train_fresh_encoder`) on the call ``model(*train_args)``, and its gaps on that call ("train")
     and on ``model(*test_args)`` ("test": datapoints it never saw), where given.
@@ -132,10 +135,12 @@ def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 
     :param tuple train_args: the model's positional arguments for the training datapoints.
     :param tuple test_args: the same for held-out datapoints, or None.
     :param GapSettings settings: :func:`~amortized_pyro.autoguides.measure_gap`'s budget.
+    :param str draws: :func:`~amortized_pyro.autoguides.measure_gap`'s option, for the encoders' training too.
     :returns: a list of rows, one per encoder and split: width, layers, seed, split, epochs, encoder_capped,
         encoder_elbo, training, and the gap report's summaries (its ``per_image`` values kept).
     """
     training = (training or EncoderTraining()).check()
+    check_draws(draws)
     calls = {"train": train_args} if test_args is None else {"train": train_args, "test": test_args}
     rows = []
     for width in widths:
@@ -143,12 +148,13 @@ def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 
             for seed in seeds:
                 fresh, epochs, capped, elbo = train_fresh_encoder(model, guide, *train_args, width=width, layers=depth,
                                                                   encoder_input=encoder_input, training=training,
-                                                                  seed=seed)
+                                                                  seed=seed, draws=draws)
                 log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.2f nats per datapoint"
                     % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
                 for split, call in calls.items():
                     with pyro.settings.context(module_local_params=True):
-                        report = measure_gap(model, fresh, *call, settings=settings, seen=split == "train")
+                        report = measure_gap(model, fresh, *call, settings=settings, seen=split == "train",
+                                             draws=draws)
                     rows.append(dict(width=width, layers=depth, seed=seed, split=split, epochs=epochs,
                                      encoder_capped=capped, encoder_elbo=elbo, training=asdict(training), **report))
     return rows

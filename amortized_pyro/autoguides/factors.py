@@ -211,17 +211,18 @@ class IterativeFactor(AmortizedFactor):
 class FreeFactor(nn.Module):
     """Free parameters (μ, log σ): one row per datapoint, picked out by idx (F-VI, ``rows=N``), or one row
     for every datapoint (constant-VI, ``rows=None``). Only the rows in use are exponentiated. ``init``:
-    "prior" (μ = 0, log σ = log ``init_scale``) or "random" (the studies' code: per-datapoint μ ~ N(0, 1),
+    "prior" (μ = ``init_loc`` [rows or 1, size], 0 where None; log σ = log ``init_scale``) or "random" (the studies' code: per-datapoint μ ~ N(0, 1),
     log σ ~ N(0, 1) − 1; shared μ, log σ ~ N(0, 1)), drawn from a CPU generator seeded with ``seed`` so
     that every device starts alike."""
 
-    def __init__(self, rows, size, init="prior", seed=0, init_scale=1.0, device=None):
+    def __init__(self, rows, size, init="prior", seed=0, init_scale=1.0, device=None, init_loc=None):
         super().__init__()
         self.per_datapoint = rows is not None
         self.can_infer_unseen = not self.per_datapoint
         self.size = size
         shape = (size,) if rows is None else (rows, size)
-        loc, log_scale = torch.zeros(shape), torch.full(shape, math.log(init_scale))
+        loc = torch.zeros(shape) if init_loc is None else init_loc.detach().cpu().expand(shape).clone()
+        log_scale = torch.full(shape, math.log(init_scale))
         if init == "random":
             generator = torch.Generator().manual_seed(seed)
             loc = torch.randn(shape, generator=generator)

@@ -14,13 +14,15 @@ its AutoNormal over a plate is per-datapoint, AutoNormalMessenger(amortized_plat
 import math
 
 import torch
+from pyro.ops.tensor_utils import periodic_repeat
 from torch import nn
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor,
                                                IterativeFactor, SemiAmortizedFactor, mlp)
 from amortized_pyro.autoguides.local_joint import LocalJoint
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.autoguides.masking import MaskedJoint
+from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 from amortized_pyro.support.streams import outside_the_stream
@@ -47,12 +49,15 @@ class _FreeFactors(AutoLocalGuide):
     def __init__(self, model, *, init="prior", seed=0, **kwargs):
         super().__init__(model, **kwargs)
         if init not in FREE_INITS:
-            raise AmortizedPyroError("init must be one of %s, got %r" % (", ".join(FREE_INITS), init))
+            raise GuideError("init must be one of %s, got %r" % (", ".join(FREE_INITS), init))
         self.init, self.seed = init, seed
 
     def _setup_local(self, indices, args, kwargs, device):
         rows = self.structure.full_size if self.per_datapoint else None
-        self.q_z = FreeFactor(rows, self.structure.size, self.init, self.seed, self.init_scale, device)
+        init = self.init_locs  # the prototype call's datapoints', by init_loc_fn: [B, size]
+        # as Pyro's AutoNormal: a subsampled prototype's values repeated over the plate's full size
+        init_loc = periodic_repeat(init, rows, 0) if self.per_datapoint else init.mean(0)
+        self.q_z = FreeFactor(rows, self.structure.size, self.init, self.seed, self.init_scale, device, init_loc)
 
 
 class AutoPerDatapointNormal(_FreeFactors):
@@ -66,7 +71,7 @@ class AutoPerDatapointNormal(_FreeFactors):
     def local_factor(self, indices, args, kwargs, theta):
         size = self.plates[self.plate].size
         if size != self.structure.full_size:
-            raise AmortizedPyroError("this per-datapoint guide was built for the %d datapoints of plate %r; this "
+            raise GuideError("this per-datapoint guide was built for the %d datapoints of plate %r; this "
                                      "call's plate has %d" % (self.structure.full_size, self.plate, size))
         return self.q_z(None, indices)
 
@@ -104,9 +109,13 @@ class AutoAmortizedNormal(AutoLocalGuide):
     def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, **kwargs):
         super().__init__(model, **kwargs)
         if width < 1 or layers < 0:
-            raise AmortizedPyroError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
+            raise GuideError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
         self.encoder_input, self.width, self.layers = encoder_input, width, layers
         self._body = (encoder,)  # not a child until the factor is built around it
+
+    def recipe_hint(self):
+        """The encoder's input, where it is a model argument: the plate's size is read off its rows."""
+        return None if callable(self.encoder_input) else self.encoder_input
 
     def encoder_data(self, indices, args, kwargs):
         """The plate's data for the datapoints ``indices`` of this call: [B, ...]."""
@@ -114,11 +123,11 @@ class AutoAmortizedNormal(AutoLocalGuide):
             data = self.encoder_input(*args, **kwargs)
         else:
             if self.encoder_input >= len(args):
-                raise AmortizedPyroError("encoder_input=%d, but the model was called with %d positional arguments"
+                raise GuideError("encoder_input=%d, but the model was called with %d positional arguments"
                                          % (self.encoder_input, len(args)))
             data = args[self.encoder_input]
         if not torch.is_tensor(data) or data.dim() == 0:
-            raise AmortizedPyroError("the encoder's input (model argument %r) is not a tensor of datapoints"
+            raise GuideError("the encoder's input (model argument %r) is not a tensor of datapoints"
                                      % self.encoder_input)
         rows, batch, full = data.shape[0], len(indices), self.structure.full_size
         if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
@@ -128,11 +137,11 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function
             # of the model's arguments returns them in the plate's order: no check, no device sync per step)
             if not callable(self.encoder_input) and not torch.equal(indices.cpu(), torch.arange(full)):
-                raise AmortizedPyroError("the plate %r takes all %d datapoints in another order than its data's rows; "
+                raise GuideError("the plate %r takes all %d datapoints in another order than its data's rows; "
                                          "give encoder_input=a function of the model's arguments returning the "
                                          "rows in the plate's order" % (self.plate, full))
             return data
-        raise AmortizedPyroError("the encoder's input has %d rows; the plate %r has %d datapoints in this batch "
+        raise GuideError("the encoder's input has %d rows; the plate %r has %d datapoints in this batch "
                                  "of %d" % (rows, self.plate, batch, full))
 
     def _encoder(self, data, device):
@@ -145,10 +154,10 @@ class AutoAmortizedNormal(AutoLocalGuide):
             with torch.no_grad():
                 features = body(data)
         except RuntimeError as error:
-            raise AmortizedPyroError("the encoder cannot take the plate's data of shape %s: %s"
+            raise GuideError("the encoder cannot take the plate's data of shape %s: %s"
                                      % (tuple(data.shape), str(error).splitlines()[0])) from None
         if features.dim() != 2 or features.shape[0] != data.shape[0]:
-            raise AmortizedPyroError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
+            raise GuideError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
                                      % (tuple(features.shape), tuple(data.shape)))
         encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale)
         encoder.loc.to(features.device)  # the heads only: a user's body stays where the user put it
@@ -182,13 +191,19 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
 
     def __init__(self, model, *, local_log_joint=None, **kwargs):
         if kwargs.get("flow"):  # their steps and iterations move a Gaussian factor
-            raise AmortizedPyroError("%s takes no flow: its steps work on a Gaussian q(z_n)" % type(self).__name__)
+            raise GuideError("%s takes no flow: its steps work on a Gaussian q(z_n)" % type(self).__name__)
         super().__init__(model, **kwargs)
         self.local_log_joint = local_log_joint
 
+    def keeps_model(self):
+        """Pickled with the model where its local ELBO is read off the model's trace (no ``local_log_joint``)."""
+        return self.local_log_joint is None
+
     def _joint(self, indices, args, kwargs, theta):
-        return self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
-                                                  stacked=isinstance(theta, Draws))
+        joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
+                                                   stacked=isinstance(theta, Draws))
+        kept = self.coordinate_mask(args, kwargs, len(indices))
+        return joint if kept is None else MaskedJoint(joint, kept)
 
     def particles(self, theta):
         """How many particles the global values carry (vectorized particles: [P, 1…, *event]); 1 otherwise."""
@@ -218,7 +233,7 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
     def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", **kwargs):
         super().__init__(model, **kwargs)
         if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
-            raise AmortizedPyroError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
+            raise GuideError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
                                      "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
                                                      lr, grad, optimizer))
         self.steps, self.lr, self.grad, self.optimizer = steps, lr, grad, optimizer
@@ -252,7 +267,7 @@ class AutoIterativeAmortizedNormal(_OnTheLocalElbo):
     def __init__(self, model, *, iterations=5, update_width=None, **kwargs):
         super().__init__(model, **kwargs)
         if iterations < 0 or (update_width is not None and update_width < 1):
-            raise AmortizedPyroError("iterative inference needs iterations >= 0 and update_width >= 1; got %r and %r"
+            raise GuideError("iterative inference needs iterations >= 0 and update_width >= 1; got %r and %r"
                                      % (iterations, update_width))
         self.iterations, self.update_width = iterations, update_width
 

@@ -24,6 +24,22 @@ from amortized_pyro.local.flows import RowFlow
 DEFAULT_FLOW_WIDTH = 64
 
 
+class FlowDistribution(ZukoToPyro):
+    """Pyro's ``ZukoToPyro`` with torch's ``rsample`` and ``sample`` as well, both drawing through its ``__call__``
+    (which caches the draw's density): hand-written for a missing feature, since Pyro 1.9's bridge has neither,
+    and Pyro's initialization strategies and ``Predictive`` call ``fn.sample()``."""
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self(sample_shape)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self(sample_shape)
+
+    def expand(self, *args, **kwargs):
+        return FlowDistribution(self.dist.expand(*args, **kwargs))
+
+
 class LocalFlow(nn.Module):
     """K masked autoregressive transforms on vectors of ``size``, conditioned on a context of ``context``
     features (0: none), each with a hyper-network of two hidden layers of ``width``, the variables' order
@@ -73,4 +89,4 @@ class LocalFlow(nn.Module):
         parts = [transform(context) for transform in self.transforms]
         # Zuko's NormalizingFlow maps samples to the base: our f is its inverse, f^-1 = (f_K ∘ … ∘ f_1)^-1
         inverse = zuko.transforms.ComposedTransform(*parts).inv
-        return ZukoToPyro(zuko.distributions.NormalizingFlow(inverse, base))
+        return FlowDistribution(zuko.distributions.NormalizingFlow(inverse, base))

@@ -7,13 +7,15 @@ Everything lives in each local site's unconstrained space, where the guides' fac
 gaps are those of the pushforward factors q(z_n), since the Jacobian is part of the log joint there. A model
 without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
 """
+from contextlib import contextmanager
+
 import torch
 
-from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
 
 
-def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, **kwargs):
+def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, draws="auto", **kwargs):
     """The gaps per datapoint of the data plate in the model's call ``model(*args, **kwargs)``, for a trained
     guide of :mod:`amortized_pyro.autoguides` (its parameters are not changed).
 
@@ -25,10 +27,18 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own).
     :param bool seen: whether these datapoints are ones the guide was trained on; a per-datapoint guide has a
         factor only for those (otherwise its quantities are None and q* starts at N(0, I)).
+    :param str draws: how the model is run on the estimators' many draws of θ and z
+        (:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`): ``"stacked"`` (one call, the draws a
+        batch dimension left of the model's plates: the model must be broadcast-safe), ``"one-at-a-time"`` (one
+        call per draw on plain [B, ...] values: any model, about as many times slower as there are draws per
+        call) or ``"auto"`` (stacked until a stacked call raises, then one at a time, said once by a
+        :class:`~amortized_pyro.autoguides.local_joint.NotBroadcastSafe` warning). An SA-VI or iterative
+        guide's own steps (reading the log joint off the model's trace) take the same option.
     :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors`: summaries ("mean", "stderr" over the
         datapoints) and ``per_image`` values.
     """
     settings = (settings or GapSettings()).check()
+    check_draws(draws)
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
@@ -38,12 +48,26 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     device = next(guide.parameters()).device
     generator = torch.Generator(device).manual_seed(settings.seed)
     fit, score = global_draws(guide, settings, generator)
-    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices, stacked=True)
+    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices, stacked=True, draws=draws)
     placeholder = torch.empty(len(indices), 0, device=device)  # the optimizers take n from it; the model's args hold x
     factor = None
     if seen or guide.can_infer_unseen:
-        with torch.no_grad():
+        with torch.no_grad(), _guide_draws(guide, draws, args, kwargs, indices):
             factor = guide.local_factor(indices, args, kwargs, fit.at("guide"))
     result, _ = measure_factors(log_joint, placeholder, fit, score, factor, guide.structure.size, settings,
                                 refine_steps, flow=guide.row_flow(indices, args, kwargs))
     return result
+
+
+@contextmanager
+def _guide_draws(guide, draws, args, kwargs, indices):
+    """While it lasts, an SA-VI or iterative guide that reads the log joint off its model's trace reads it with
+    ``draws`` (its own default is "auto"); other guides, and ``draws="auto"``, are left as they are."""
+    if draws == "auto" or getattr(guide, "local_log_joint", True) is not None:
+        yield
+        return
+    guide.local_log_joint = LocalJoint(guide.model, guide.structure, args, kwargs, indices, stacked=True, draws=draws)
+    try:
+        yield
+    finally:
+        guide.local_log_joint = None

@@ -8,8 +8,18 @@ per-datapoint optimizers of :mod:`amortized_pyro.local.optimize` and the estimat
 work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
 Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up, tempering),
 are left out, so the gap is that of the untempered per-datapoint ELBO.
+
+**Draws.** The estimators evaluate many draws (θ draws × z draws, or particles) at once: ``draws="stacked"``
+runs the model once with the draws as one batch dimension left of all its plates, which needs a model that is
+*broadcast-safe* over leading dimensions (as Pyro's vectorized particles need). ``"one-at-a-time"`` runs the
+model once per draw on plain values (locals [B, …], the draw's own θ), the results stacked: any model that runs
+on its own batch works, at one model call per draw. ``"auto"`` (the default) runs stacked until a stacked call
+raises, then says so once (a :class:`NotBroadcastSafe` warning) and runs one at a time from then on, for that
+model and guide structure.
 """
 import math
+import warnings
+import weakref
 
 import torch
 
@@ -17,6 +27,36 @@ from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.errors import AmortizedPyroError
+
+DRAWS = ("auto", "stacked", "one-at-a-time")
+_UNSAFE = {}  # id(structure) → (a weak reference to it, the models whose stacked call failed with it)
+
+
+class NotBroadcastSafe(UserWarning):
+    """The model failed on draws stacked left of its plates: its log joint is evaluated one draw at a time."""
+
+
+def check_draws(draws):
+    """``draws`` if it is one of :data:`DRAWS`; else one line of :class:`AmortizedPyroError`."""
+    if draws not in DRAWS:
+        raise AmortizedPyroError("draws must be one of %s; got %r" % (", ".join(map(repr, DRAWS)), draws))
+    return draws
+
+
+def _known_unsafe(model, structure):
+    entry = _UNSAFE.get(id(structure))
+    return entry is not None and entry[0]() is structure and any(m == model for m in entry[1])
+
+
+def _remember_unsafe(model, structure):
+    key, entry = id(structure), _UNSAFE.get(id(structure))
+    if entry is None or entry[0]() is not structure:
+        try:  # the entry goes with the structure
+            ref = weakref.ref(structure, lambda _, table=_UNSAFE, key=key: table.pop(key, None))
+        except TypeError:  # a structure without weak references: kept
+            ref = (lambda: structure)
+        entry = _UNSAFE[key] = (ref, [])
+    entry[1].append(model)
 
 
 class LocalJoint:
@@ -31,39 +71,78 @@ class LocalJoint:
     :param dict kwargs: its keyword arguments.
     :param indices: the plate's subsample indices for this batch (None: the model's own).
     :param bool stacked: the global values come as the gap's stacked draws (see :meth:`_with_draws`).
+    :param str draws: how the leading draws of u reach the model (module docstring): ``"auto"``, ``"stacked"``
+        or ``"one-at-a-time"``.
     """
 
-    def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False):
+    def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto"):
         if structure.stray_observations:
             raise AmortizedPyroError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
                                      "joint cannot be read off the trace (give the log joint by hand)"
                                      % (", ".join(map(repr, structure.stray_observations)), structure.plate))
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
-        self.indices, self.stacked = indices, stacked
+        self.indices, self.stacked, self.draws = indices, stacked, check_draws(draws)
 
     def __call__(self, x, u, theta):
-        structure = self.structure
         lead, batch = u.shape[:-2], u.shape[-2]
         draws = math.prod(lead)
         # the leading dimensions of u become one batch dimension of ``draws`` left of all the model's plates
         # (no plate: a guide's particle plate may hold that dim while SA-VI refines inside the guide)
-        values, data, log_det = structure.split(u.reshape((draws, batch, structure.size))), {}, 0.0
+        flat = u.reshape((draws, batch, self.structure.size))
+        if self.draws == "one-at-a-time" or (self.draws == "auto" and _known_unsafe(self.model, self.structure)):
+            return self._one_at_a_time(flat, theta, lead)
+        globals_ = {name: self._with_draws(name, value, lead) for name, value in theta.items()}
+        if self.draws == "stacked":
+            return self._run(flat, globals_, draws).reshape(lead + (batch,))
+        try:
+            return self._run(flat, globals_, draws).reshape(lead + (batch,))
+        except (AmortizedPyroError, torch.OutOfMemoryError):
+            raise
+        except Exception as error:  # noqa: BLE001 (any error of the model's on stacked draws)
+            failure = "%s: %s" % (type(error).__name__, (str(error).strip().splitlines() or [""])[0][:200])
+        _remember_unsafe(self.model, self.structure)
+        cost = "about %d times slower here" % draws if draws > 1 else "one draw here; the gap's estimators pass many"
+        warnings.warn("the model is not broadcast-safe over draws (%s); evaluating the draws one at a time (one model "
+                      "call per draw: %s; draws='one-at-a-time' skips the stacked attempt)" % (failure, cost),
+                      NotBroadcastSafe, stacklevel=2)
+        return self._one_at_a_time(flat, theta, lead)
+
+    def _one_at_a_time(self, flat, theta, lead):
+        """The draws of flat [D, B, size] one model call each, on plain values: [*lead, B]."""
+        draws, batch = flat.shape[:2]
+        rows = [self._run(flat[i], {name: self._one_draw(name, value, i, draws) for name, value in theta.items()},
+                          None)[0] for i in range(draws)]
+        return torch.stack(rows).reshape(lead + (batch,))
+
+    def _run(self, u, globals_, draws):
+        """One model call: u [draws, B, size] stacked left of the plates, or [B, size] (``draws`` None) plain;
+        ``globals_`` the global values as the call takes them. Returns [draws or 1, B]."""
+        structure, batch, rows = self.structure, u.shape[-2], 1 if draws is None else draws
+        values, data, log_det = structure.split(u), dict(globals_), 0.0
         for site in structure.locals:
             value = values[site.name]
             if not site.is_real:
                 constrained = site.transform(value)
                 jacobian = site.transform.log_abs_det_jacobian(value, constrained)
-                log_det = log_det + jacobian.reshape(draws, batch, -1).sum(-1)
+                log_det = log_det + jacobian.reshape(rows, batch, -1).sum(-1)
                 value = constrained
             data[site.name] = value
-        for name, value in theta.items():
-            data[name] = self._with_draws(name, value, lead)
         if self.indices is not None:
             data[structure.plate] = self.indices
         with poutine.block():
             trace = poutine.trace(poutine.condition(self.model, data=data)).get_trace(*self.args, **self.kwargs)
-        total = log_det + self._per_datapoint(trace, draws, batch)
-        return total.reshape(lead + (batch,))
+        return log_det + self._per_datapoint(trace, rows, batch)
+
+    def _particles(self, name, value, draws):
+        """Whether a global value (not ``stacked``) carries a leading particle dimension; one line of
+        :class:`AmortizedPyroError` where its size is neither 1 nor ``draws``."""
+        batch_dims = value.dim() - self.structure.globals[name]
+        if batch_dims > self.structure.max_plate_nesting:
+            if value.shape[0] not in (1, draws):
+                raise AmortizedPyroError("the global site %r carries %d particles against %d local draws: refine or "
+                                         "measure one θ at a time" % (name, value.shape[0], draws))
+            return True
+        return False
 
     def _with_draws(self, name, value, lead):
         """A global value as the model's trace takes it for the local draws u [*lead, B, size]. ``stacked``:
@@ -75,10 +154,19 @@ class LocalJoint:
             own_batch = value.dim() - 1 - self.structure.globals[name]
             value = value.repeat_interleave(draws // value.shape[0], 0)
             return value.reshape((draws,) + (1,) * (nesting - own_batch) + tuple(value.shape[1:]))
-        batch_dims = value.dim() - self.structure.globals[name]
-        if batch_dims > nesting and value.shape[0] not in (1, draws):
-            raise AmortizedPyroError("the global site %r carries %d particles against %d local draws: refine or "
-                                     "measure one θ at a time" % (name, value.shape[0], draws))
+        self._particles(name, value, draws)
+        return value
+
+    def _one_draw(self, name, value, i, draws):
+        """The global value of draw ``i`` of ``draws`` as a plain call takes it: ``stacked``, θ_m of the draw's
+        m (its own shape); a particle's row, the particle layout's leading 1s dropped; else ``value``."""
+        if self.stacked:
+            return value[i // (draws // value.shape[0])]
+        if not self._particles(name, value, draws):
+            return value
+        value = value[i if value.shape[0] == draws else 0]
+        while value.dim() > self.structure.globals[name] and value.shape[0] == 1:
+            value = value[0]
         return value
 
     def _per_datapoint(self, trace, draws, batch):
