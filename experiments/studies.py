@@ -21,6 +21,9 @@ CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with
     (INFORMATIVE + "/F-VI-seed0", "informative-F-VI-seed0-test-20000"),
 )
 REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # reference-cpu.sh's four studies
+ORIGINAL_RUNS = tuple("end-original-%s" % run for run in (  # experiments/studies-end.sh's original study (issue 48)
+    "reference-per-datapoint", "reference-amortized", "reference-amortized-k1", "reference-shared", "elbo-amortized",
+    "elbo-per-datapoint", "elbo-shared"))
 
 
 def comparison_copies(folder, dest):
@@ -126,7 +129,11 @@ STUDIES = {study.name: study for study in (
           lambda ctx: [Command(("python", "experiments/plateau_report.py", Glob("runs/end-*/results.jsonl", True),
                                 "--out", "figures/studies-end")),
                        Command(("python", "experiments/studies_end_status.py", Glob("runs/end-*/runs", True)),
-                               stdout="figures/studies-end/status.md")],
+                               stdout="figures/studies-end/status.md")]
+          + [Mirror("runs/%s" % run, "figures/studies-end/%s" % run) for run in ORIGINAL_RUNS]
+          + [Command(("python", "experiments/studies_end_report.py")
+                     + tuple("figures/studies-end/%s" % run for run in ORIGINAL_RUNS)
+                     + ("--out", "figures/studies-end"))],
           ("runs/end-*/results.jsonl",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("reference-cpu", "both presets on MNIST 8,000 / 2,000, one seed, truncated to a CPU",
           "figures/*-study-cpu", "figures/*-study-cpu",

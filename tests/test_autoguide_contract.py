@@ -92,18 +92,27 @@ def test_shapes(name, init_loc_fn):
                                   JitTraceMeanField_ELBO])
 @pytest.mark.parametrize("name", BUILDERS)
 def test_elbos(name, Elbo):
-    """Each of Pyro's ELBOs (the JIT ones included) trains each builder: finite steps, and the JIT loss equals
-    the plain one on the same draws."""
+    """Each of Pyro's ELBOs (the JIT ones included) trains each builder: finite steps, and the JIT loss is the
+    plain one's estimator; SA-VI and IA-VI refuse the JIT ones in one line (their steps inside the
+    guide take gradients, which torch.jit.trace cannot trace through the model's and the factor's exp)."""
     x = data()
     pyro.set_rng_seed(0)
     guide = BUILDERS[name](supports)
     guide(x)
-    plain = (TraceMeanField_ELBO if "MeanField" in Elbo.__name__ else Trace_ELBO)()
-    pyro.set_rng_seed(1)
-    expected = plain.differentiable_loss(supports, guide, x).item()
-    pyro.set_rng_seed(1)
+    if name in ("semi-amortized", "iterative") and Elbo.__name__.startswith("Jit"):  # their inner gradient steps
+        with pytest.raises(ValueError, match="which torch.jit.trace cannot trace: use Trace_ELBO"):
+            Elbo(ignore_jit_warnings=True).differentiable_loss(supports, guide, x)  # Pyro appends its trace shapes
+        return
     elbo = Elbo(ignore_jit_warnings=True) if Elbo.__name__.startswith("Jit") else Elbo()
-    assert elbo.differentiable_loss(supports, guide, x).item() == pytest.approx(expected, rel=1e-5)
+    if Elbo.__name__.startswith("Jit"):
+        # the same estimator: the means of 50 losses each within 4 standard errors of their difference (the JIT
+        # mean-field ELBO traces again on each call, so its draws are not the plain one's at the same seed)
+        plain = (TraceMeanField_ELBO if "MeanField" in Elbo.__name__ else Trace_ELBO)()
+        pyro.set_rng_seed(1)
+        losses = [torch.tensor([e.differentiable_loss(supports, guide, x).item() for _ in range(50)])
+                  for e in (plain, elbo)]
+        se = math.hypot(*(loss.std().item() / math.sqrt(len(loss)) for loss in losses))
+        assert abs(losses[0].mean() - losses[1].mean()) < 4 * se
     svi = SVI(supports, guide, pyro.optim.Adam({"lr": 0.01}), elbo)
     assert all(math.isfinite(svi.step(x)) for _ in range(3))
 

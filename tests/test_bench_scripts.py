@@ -29,3 +29,14 @@ def test_the_interleaved_summary_takes_medians_per_checkout(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "| reference | amortized | abc1234 | 2 | 13.00 | 1.300 |" in done.stdout
     assert "| reference | amortized | def5678 | 2 | 11.00 | 1.100 |" in done.stdout
+
+
+def test_the_builder_step_bench_runs_at_the_smallest_sizes():
+    """bench/builder_step.py end to end at toy sizes: both models, both guides equal at the start, one row each."""
+    done = subprocess.run([sys.executable, str(BENCH / "builder_step.py"), "--blocks", "2", "--steps", "2",
+                           "--warmup", "1", "--vocab", "30", "--topics", "3", "--lda-hidden", "8", "--lda-batch", "4",
+                           "--x-dim", "12", "--hidden", "8", "--z-dim", "3", "--batch", "4", "--batches", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| prodlda |", "| vae |"))]
+    assert len(rows) == 2, done.stdout

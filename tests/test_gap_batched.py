@@ -169,11 +169,11 @@ def test_fresh_draws_score_q_star_without_the_fitting_draws_noise(float64):
     se = torch.hypot(at_draws.std(0) / math.sqrt(len(score)), torch.full_like(exact, 0.05))
     assert (got < exact + 4 * se).all()
     gap = torch.tensor(report["per_image"]["amortization_gap"])  # the guide sits at the exact q*: truly 0
-    assert gap.mean() < 4 * gap.std() / math.sqrt(len(gap))
+    assert gap.mean() <= 4 * gap.std() / math.sqrt(len(gap))  # exactly 0 where the guide's factor wins q*
 
 
 def test_the_amortization_gap_does_not_grow_as_the_fitting_draws_shrink(float64):
     toy = Shifted()
     gaps = {M: measured_shift(toy, M)[0]["amortization_gap"] for M in (1, 16)}
     few, many = gaps[1], gaps[16]
-    assert few["mean"] < many["mean"] + 4 * math.hypot(few["stderr"], many["stderr"])
+    assert few["mean"] <= many["mean"] + 4 * math.hypot(few["stderr"], many["stderr"])  # both 0 where the guide wins

@@ -200,6 +200,11 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         return self.local_log_joint is None
 
     def _joint(self, indices, args, kwargs, theta):
+        if torch.jit.is_tracing():  # measured: torch.jit.trace cannot trace autograd.grad through ops that save
+            # their output for backward (exp, sigmoid: "Cannot insert a Tensor that requires grad as a constant")
+            raise GuideError("%s takes gradient steps on the local ELBO inside the guide, which torch.jit.trace "
+                             "cannot trace: use Trace_ELBO or TraceMeanField_ELBO, not their JIT forms"
+                             % type(self).__name__)
         joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
                                                    stacked=isinstance(theta, Draws))
         kept = self.coordinate_mask(args, kwargs, len(indices))

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 import torch
 
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
-from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
+from amortized_pyro.autoguides.masking import MaskedJoint
+from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
 
 
 def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, draws="auto", **kwargs):
@@ -48,14 +49,18 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     device = next(guide.parameters()).device
     generator = torch.Generator(device).manual_seed(settings.seed)
     fit, score = global_draws(guide, settings, generator)
+    select = selection_draws(guide, settings, generator)  # q* chosen among its candidates on draws of their own
     log_joint = LocalJoint(model, guide.structure, args, kwargs, indices, stacked=True, draws=draws)
+    kept = guide.coordinate_mask(args, kwargs, len(indices))
+    if kept is not None:  # the model's masked coordinates: a standard Normal reference, as the guide's own steps
+        log_joint = MaskedJoint(log_joint, kept)
     placeholder = torch.empty(len(indices), 0, device=device)  # the optimizers take n from it; the model's args hold x
     factor = None
     if seen or guide.can_infer_unseen:
         with torch.no_grad(), _guide_draws(guide, draws, args, kwargs, indices):
             factor = guide.local_factor(indices, args, kwargs, fit.at("guide"))
     result, _ = measure_factors(log_joint, placeholder, fit, score, factor, guide.structure.size, settings,
-                                refine_steps, flow=guide.row_flow(indices, args, kwargs))
+                                refine_steps, flow=guide.row_flow(indices, args, kwargs), select=select)
     return result
 
 

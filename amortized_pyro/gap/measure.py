@@ -11,7 +11,7 @@ import pyro
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.estimates import local_elbo
-from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors
+from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
 from amortized_pyro.local.optimize import refine
 from amortized_pyro.models.guides import config_label
 from amortized_pyro.runs.fit import finished_run
@@ -36,12 +36,13 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     settings = (settings or GapSettings()).check()
     if refine_steps and refine_steps != (0,):
         guide.check_gaussian("refinement")
-    fit, score = draws_of_theta(model, guide, x, settings, seed)
+    fit, score, select = draws_of_theta(model, guide, x, settings, seed, selection=True)
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     rows = torch.arange(x.shape[0], device=x.device) if idx is None else idx
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
                                    () if guide.flow is not None else refine_steps, progress, compact=True,
-                                   coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}))
+                                   coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}),
+                                   select=select)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         plugin = model.mean_image(best.loc if best.flow is None else best.flow.push(best.loc)[0], theta)
@@ -49,10 +50,13 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     return result
 
 
-def draws_of_theta(model, guide, x, settings, seed=None):
-    """(fit, score): the draws of θ that :func:`measure` fits and scores on for images ``x`` and ``seed``."""
+def draws_of_theta(model, guide, x, settings, seed=None, selection=False):
+    """(fit, score): the draws of θ that :func:`measure` fits and scores on for images ``x`` and ``seed``, and
+    with ``selection`` the draws it chooses q* on (:func:`~amortized_pyro.local.gaps.selection_draws`) third."""
     generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
-    return tuple(model.with_gram(draws, x) for draws in global_draws(guide, settings, generator))
+    draws = global_draws(guide, settings, generator) + ((selection_draws(guide, settings, generator),)
+                                                         if selection else ())
+    return tuple(model.with_gram(d, x) for d in draws)
 
 
 @pyro.validation_enabled(False)

@@ -6,14 +6,15 @@ the package's model and a trained run.
 With q(θ) trained and frozen, for one image x_n and a Gaussian factor q(z_n) (:mod:`amortized_pyro.local.estimates`):
 
     L_n(q; θ)  = E_{q(z_n)}[log p(x_n | z_n, θ) + log p(z_n) − log q(z_n)],   L_n(q) = E_{q(θ)} L_n(q; θ)
-    q*_n       = the best Gaussian factor for x_n under q(θ): Adam on the mean of L_n(q; θ_m) over M
-                 *fitting* draws θ_1..θ_M ~ q(θ) (``theta_draws``), from the guide's factor (from the prior
-                 where the guide has none for x_n), per image until its windowed stopping rule (windows
-                 of 100 steps, stopped after 3 without a rise of 0.05 nats; Cremer et al.: 10, any rise),
-                 best window's average iterate, its learning rate halved on its plateaus, or a cap
-    q*_nm      = the best Gaussian factor for x_n at θ_m alone (Adam at θ_m, from q*_n, the same rule;
-                 the M optimizations run as one batched program, each (image, draw) with its own learning
-                 rate and stopping)
+    q*_n       = the best Gaussian factor for x_n under q(θ) that the measurement finds: the best of its
+                 candidates (below), the guide's own factor (N(0, I) where the guide has none for x_n) among
+                 them. The others: Adam from it on the mean of L_n(q; θ_m) over M *fitting* draws θ_1..θ_M ~ q(θ)
+                 (``theta_draws``), per image until its windowed stopping rule (windows of 100 steps, stopped
+                 after 3 without a rise of 0.05 nats; Cremer et al.: 10, any rise), best window's average
+                 iterate, its learning rate halved on its plateaus, or a cap; and each refinement row's factor
+    q*_nm      = the best Gaussian factor for x_n at θ_m alone: the better of q*_n and Adam at θ_m from it
+                 (the same rule; the M optimizations run as one batched program, each (image, draw) with its
+                 own learning rate and stopping)
     log p(x_n) := mean_m log p(x_n | θ_m); each log p(x_n | θ_m) by the importance-weighted bound with K
                  samples from q*_nm, and, as a second estimator, by annealed importance sampling from q*_nm
                  (:mod:`amortized_pyro.local.ais`); both are stochastic lower bounds
@@ -35,12 +36,33 @@ so that the three add up to log p(x_n) − L_n(q_guide) (up to the Monte Carlo e
 With θ fixed at E_q[θ] (``theta="mean"``) the coupling gap is zero up to optimization noise and the others
 are Cremer et al.'s. The global term KL(q(θ) ‖ p(θ)) / N of the ELBO is the same for every q(z) and is left
 out. Standard errors are over the images only: the θ draws, the z draws and the trained run (one seed) are
-held fixed (errors over seeds and images together: :mod:`amortized_pyro.gap.pooling`). A q* stopped at the cap
-makes the image's amortization gap a lower bound and its coupling gap an upper bound; a q*_m stopped at the
-cap, its coupling gap a lower bound and its approximation gap an upper bound; the report counts both.
-Refinement (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many Adam
-steps (on the fitting draws, at ``refine_lr``) from the guide's factor and records the gap left, L_n(q*) −
-L_n(q_k).
+held fixed (errors over seeds and images together: :mod:`amortized_pyro.gap.pooling`). Refinement
+(semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many Adam steps (on
+the fitting draws, at ``refine_lr``) from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
+
+The choice. q*_n is the candidate of highest L_n on S'' *selection* draws θ''_s ~ q(θ) (``select_draws``), with
+z draws of their own (the same z for every candidate); q*_nm the one of highest L_n(q; θ_m) on z draws of their
+own at θ_m. Not on the fitting draws: the optimum fitted their noise and wins there even where it is worse
+under q(θ) (where each draw of a wide q(θ) is another function of z: constant-VI's optimum from M = 4 draws
+scored about 35 nats per image below its trained shared factor on fresh draws, docs/results.md). Not on the
+score draws: the winner would be the candidate whose scoring error is highest, every gap biased up by it.
+The selection draws are independent of the score draws, so L_n(q*) is an unbiased estimate of the chosen
+factor's, and the amortization gap is ≥ 0 up to (i) the score draws' error of the difference L_n(q*) −
+L_n(q_guide): mean zero, its standard error sd_s[L_n(q*; θ'_s) − L_n(q_guide; θ'_s)] / √S per image (S
+per-draw values of common random numbers; 0 where the guide's factor wins, the two then one factor), which the
+images' standard error holds; and (ii) the choice's own error: a candidate truly d < 0 below the guide's wins
+with probability Φ(d / σ''), σ'' the selection estimate's standard error of the difference (≈ (i)'s at S'' =
+S), so the chosen factor's expected true gap is ≥ min_d d Φ(d / σ'') ≈ −0.17 σ'' per image and candidate. A
+refinement row's gap left is ≥ 0 alike. The q*_nm are ≥ q*_n at θ_m in the same sense, so the coupling gap is
+≥ 0 up to the choice's error and the θ draws' Monte Carlo error of its two sets (mean_m L_n(q*; θ_m) on the
+fitting draws against L_n(q*) on the fresh ones: about sd_θ L_n(q*; θ) √(1/M + 1/S), which one image's
+coupling gap may show below 0). Fitted on finitely many draws, the optimum is worse than the best factor under
+q(θ): the gaps err low. A capped q*: its optimization from the guide's factor (for a flow, the one that made
+its winner, or that from the guide's flow where the guide's flow won) stopped at the cap, not by its rule,
+whichever candidate won: a longer one might have found a better factor, so the image's amortization gap is a
+lower bound and its coupling gap an upper bound; a capped q*_m, its coupling gap a lower bound and its
+approximation gap an upper bound; the report counts both, and per image which candidate won
+(``per_image["q_star_from"]``: the index among ``q_star_from``'s names, which count the wins).
 
 Every random draw has an explicit key (:mod:`amortized_pyro.local.draws`): the numbers are the same whether the
 draws are batched or taken one at a time (``chunk``).
@@ -54,7 +76,7 @@ from tqdm.auto import tqdm
 from amortized_pyro.local.ais import ais_log_marginal
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw
-from amortized_pyro.local.optimize import Optimum, StoppingRule, converge, refine
+from amortized_pyro.local.optimize import Optimum, StoppingRule, converge, pick, refine
 from amortized_pyro.settings import Checked, setting
 
 THETA_MODES = ("sample", "mean")
@@ -69,6 +91,8 @@ class GapSettings(Checked):
     theta_draws: int = setting(8, "Draws M of θ ~ q(θ) that q* is fitted on (with --theta sample).", low=1)
     score_draws: int = setting(32, "Fresh draws S of θ ~ q(θ) that every L(q) of a fitted factor is scored on "
                               "(with --theta sample).", low=1)
+    select_draws: int = setting(32, "Fresh draws of θ ~ q(θ) on which q* is chosen among its candidates: the "
+                                "guide's factor, its optimum, the refinement rows (with --theta sample).", low=1)
     theta: str = setting("sample", "sample: draws of θ ~ q(θ); mean: θ = E_q[θ].", choices=THETA_MODES)
     samples: int = setting(100, "z draws per image and θ draw for each local ELBO.", low=1)
     lr: float = setting(5e-2, "Adam's first learning rate for q* and the q*_m (halved on plateaus).", low=0,
@@ -114,14 +138,25 @@ def global_draws(guide, settings, generator):
     every L(q) is scored on (:class:`~amortized_pyro.local.draws.Draws`, keyed from ``generator``); the median of
     q(θ) once each with ``theta="mean"`` or where q(θ) is a point mass; one empty draw each where the model has
     no global latent site."""
-    if not guide.structure.globals:
-        fit, score = [{}], [{}]
-    elif settings.theta == "mean" or guide.global_is_point():
-        fit, score = [guide.global_mean()], [guide.global_mean()]
-    else:
-        fit = [guide.global_sample(generator) for _ in range(settings.theta_draws)]
-        score = [guide.global_sample(generator) for _ in range(settings.score_draws)]
+    fit, score = _values(guide, settings, generator, settings.theta_draws, settings.score_draws)
     return Draws.of(fit, generator), Draws.of(score, generator)
+
+
+@torch.no_grad()
+def selection_draws(guide, settings, generator):
+    """The S'' draws θ''_s ~ q(θ) that q* is chosen on among its candidates (``select_draws``; the median once, or
+    one empty draw, as in :func:`global_draws`), from ``generator`` after :func:`global_draws` has drawn from it
+    (those are then the same with or without these)."""
+    return Draws.of(_values(guide, settings, generator, settings.select_draws)[0], generator)
+
+
+def _values(guide, settings, generator, *counts):
+    """A list of global values per count: ``count`` draws of q(θ), or its median once, or one empty value."""
+    if not guide.structure.globals:
+        return [[{}] for _ in counts]
+    if settings.theta == "mean" or guide.global_is_point():
+        return [[guide.global_mean()] for _ in counts]
+    return [[guide.global_sample(generator) for _ in range(count)] for count in counts]
 
 
 def summarize(values):
@@ -135,43 +170,41 @@ def summarize(values):
     return {"mean": values.mean().item(), "stderr": stderr}
 
 
-def best_per_image(log_joint, x, draws, samples, chunk, candidates):
-    """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` (flow factors all) of highest
-    L_n on ``draws`` (the fitting θ draws with z draws of their own, not the score draws, so that the choice
-    does not select on the noise the reported L(q*) is estimated with), and how many images each candidate won."""
-    values = torch.stack([local_elbo(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, chunk, c.flow)
+def best_of(log_joint, x, draws, samples, chunk, candidates, per_theta=False):
+    """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` of highest L_n on ``draws``, each
+    by ``samples`` z draws from the draws' own generators (the same z for every candidate); with ``per_theta``, per
+    image and draw θ_m the candidate of highest L_n(q; θ_m) (candidates [n, ...] or [M, n, ...]). A NaN estimate
+    never wins; of equal ones the first. Returns (the winners, assembled; each row's winner's index)."""
+    values = torch.stack([per_draw(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, "mean", chunk, c.flow)
                           for c in candidates])
-    pick = values.nan_to_num(nan=-math.inf).argmax(0)  # a NaN estimate never wins
+    choice = (values if per_theta else values.mean(1)).nan_to_num(nan=-math.inf).argmax(0)
+    return pick(choice, candidates), choice
 
-    def chosen(tensors):
-        stacked = torch.stack(tensors)
-        return stacked.gather(0, pick.view(1, -1, *([1] * (stacked.dim() - 2))).expand(1, *stacked.shape[1:]))[0]
 
-    return Optimum(chosen([c.loc for c in candidates]), chosen([c.log_scale for c in candidates]),
-                   chosen([c.steps for c in candidates]), chosen([c.capped for c in candidates]),
-                   candidates[0].flow.with_params(chosen([c.flow.params for c in candidates]))), \
-        torch.bincount(pick, minlength=len(candidates)).tolist()
+def counted(names, choice):
+    """{name: how many rows each candidate won}."""
+    return dict(zip(names, torch.bincount(choice.flatten(), minlength=len(names)).tolist()))
 
 
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
-                    compact=False, coupling=True, flow=None):
+                    compact=False, coupling=True, flow=None, select=None):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
-    (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local.estimates`), ``fit`` and
-    ``score`` the fitting and the fresh global draws (:func:`global_draws`), ``factor`` the guide's (μ, σ)
-    [n, size] or None (then q* starts from N(0, I)); ``progress``: a progress bar per phase; ``compact``:
-    images leave the optimizations once stopped, where the log joint of some images is theirs alone
-    (:func:`~amortized_pyro.local.optimize.converge`); ``coupling=False``: q(θ) is a point mass, so there is
-    no coupling term (no q*_m: the coupling gap and L(q*_m) are None, the approximation gap is against
-    L(q*)); ``flow``: the guide's factor is ``factor`` followed by these transforms
-    (:class:`~amortized_pyro.local.flows.RowFlow`, its parameters per image: the guide's own), and q* and the
-    q*_m are the best members of that flow family per image (Cremer et al.'s q*_Flow); the best Gaussian
-    factor is found beside them (``elbo_optimized_gaussian``; ``flow_gain``: how far the flow family's q* rises
-    above it). The flow family's q* is, per image, the best on fresh z draws of three of its members: the
-    optimum from the guide's factor, the optimum from the best Gaussian with identity transforms, and that
-    Gaussian itself (a flow whose transforms are the identity), so that it is no worse than the Gaussian q*
-    wherever one optimization from the guide's flow ends lower; the q*_m start from it. Its ``steps`` are the
-    chosen member's last optimization's (the Gaussian q*'s, for the third). Returns (the result dict, q*'s
-    :class:`~amortized_pyro.local.optimize.Optimum`)."""
+    (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local.estimates`), ``fit``, ``score``
+    and ``select`` the fitting, the fresh and the selection global draws (:func:`global_draws`,
+    :func:`selection_draws`; ``select`` None: q* is chosen on the fitting draws, with z draws of their own, which
+    catches an optimum that fell below its start but not one that overfits the fitting draws), ``factor`` the
+    guide's (μ, σ) [n, size] or None (then q* starts from N(0, I), a candidate in the guide's place);
+    ``progress``: a progress bar per phase; ``compact``: images leave the optimizations once stopped, where
+    the log joint of some images is theirs alone (:func:`~amortized_pyro.local.optimize.converge`);
+    ``coupling=False``: q(θ) is a point mass, so there is no coupling term (no q*_m: the coupling gap and
+    L(q*_m) are None, the approximation gap is against L(q*)); ``flow``: the guide's factor is ``factor``
+    followed by these transforms (:class:`~amortized_pyro.local.flows.RowFlow`, its parameters per image: the
+    guide's own), and q* and the q*_m are members of that flow family (Cremer et al.'s q*_Flow); the best
+    Gaussian factor is found beside them (``elbo_optimized_gaussian``; ``flow_gain``: how far the flow
+    family's q* rises above it). The flow family's q* has two more candidates: the optimum from the best
+    Gaussian with identity transforms, and that Gaussian itself (a flow whose transforms are the identity), so
+    that it is no worse than the Gaussian q* wherever the optimization from the guide's flow ends lower.
+    Returns (the result dict, q*'s :class:`~amortized_pyro.local.optimize.Optimum`)."""
     if flow is not None and refine_steps:
         raise ValueError("refinement rows are Adam steps on a Gaussian factor; a flow guide has none")
     rule, chunk, samples = settings.rule(), settings.chunk, settings.samples
@@ -183,9 +216,13 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
 
     lr = settings.lr if flow is None else settings.flow_lr  # q* and the q*_m, in their family
     with bar("q*") as q_bar:
-        best = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), lr, rule,
-                        settings.step_samples, compact=compact, chunk=chunk, bar=q_bar, flow=flow)
-    gaussian = won = None
+        optimized = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), lr, rule,
+                             settings.step_samples, compact=compact, chunk=chunk, bar=q_bar, flow=flow)
+    own = ("the guide's factor" if flow is None else "the guide's flow") if factor is not None else \
+        "N(0, I)" + ("" if flow is None else " with the guide's transforms")
+    names = [own, own + ", optimized"]  # a factor no optimization made has the steps and cap of the one from it
+    candidates = [Optimum(start[0], start[1].log(), optimized.steps, optimized.capped, flow), optimized]
+    gaussian = None
     if flow is not None:
         with bar("Gaussian q*") as g_bar:
             gaussian = converge(log_joint, x, start[0], start[1].log(), fit.at("fit"), settings.lr, rule,
@@ -194,14 +231,24 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
             from_gaussian = converge(log_joint, x, gaussian.loc, gaussian.log_scale, fit.at("fit"), lr, rule,
                                      settings.step_samples, compact=compact, chunk=chunk, bar=f_bar,
                                      flow=flow.at_identity())
-        best, won = best_per_image(log_joint, x, fit.at("select"), samples, chunk,
-                              [best, from_gaussian, replace(gaussian, flow=flow.at_identity())])
-    per_theta = best
+        names += ["the Gaussian q* with identity transforms, optimized", "the Gaussian q*"]
+        candidates += [from_gaussian, replace(gaussian, flow=flow.at_identity())]
+    refined = {}
+    for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
+        if k:
+            refined[k] = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.refine_lr, k,
+                                settings.step_samples, chunk=chunk)
+            names.append("the guide's factor after %d refinement steps" % k)
+            candidates.append(Optimum(*refined[k], optimized.steps, optimized.capped))
+    best, won = best_of(log_joint, x, (fit if select is None else select).at("select"), samples, chunk, candidates)
+    per_theta, won_m = best, None
     if coupling:
         with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
-            per_theta = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), lr, rule,
-                                 settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar,
-                                 flow=best.flow)
+            optimized_m = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), lr, rule,
+                                   settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar,
+                                   flow=best.flow)
+        per_theta, won_m = best_of(log_joint, x, fit.at("select"), samples, chunk, per_theta=True, candidates=[
+            Optimum(best.loc, best.log_scale, optimized_m.steps, optimized_m.capped, best.flow), optimized_m])
     scored = score.at("score")
     elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk, best.flow)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
@@ -225,28 +272,26 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                  "iwae_minus_ais": None if log_px_ais is None else log_px - log_px_ais}
     if flow is not None:  # the flow family's q* beside the best Gaussian factor
         per_image.update(elbo_optimized_gaussian=elbo_gaussian, flow_gain=elbo_optimized - elbo_gaussian)
-    refined = []
-    for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
-        if k:
-            k_loc, k_log_scale = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.refine_lr, k,
-                                        settings.step_samples, chunk=chunk)
-            left = elbo_optimized - local_elbo(log_joint, x, k_loc, k_log_scale.exp(), scored, samples, chunk)
-        else:  # the guide's own factor: its gap is the amortization gap, the same estimate
-            left = per_image["amortization_gap"]
-        refined.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
+    rows = []
+    for k in (refine_steps if factor is not None else ()):
+        left = elbo_optimized - local_elbo(log_joint, x, refined[k][0], refined[k][1].exp(), scored, samples,
+                                           chunk) if k else per_image["amortization_gap"]  # 0: the same estimate
+        rows.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     result = {name: summarize(values) for name, values in per_image.items()}
     capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum()) if coupling else 0
+    per_image["q_star_from"] = won  # each image's winner: its index among q_star_from's names
     result.update(settings=asdict(settings), theta_draws=len(fit), score_draws=len(score),
-                  optimizer_steps=int(best.steps.max()), capped=capped,
-                  mean_steps={"q*": best.steps.double().mean().item(),
-                              "q*_m": per_theta.steps.double().mean().item() if coupling else None},
+                  select_draws=None if select is None else len(select), optimizer_steps=int(best.steps.max()),
+                  capped=capped, mean_steps={"q*": best.steps.double().mean().item(),
+                                             "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
                   capped_gaussian=None if gaussian is None else int(gaussian.capped.sum()),  # flow_gain's other side
-                  q_star_from=None if won is None else dict(zip(("the guide's flow", "the Gaussian q* with identity "
-                                                                 "transforms, optimized", "the Gaussian q*"), won)),
-                  estimator="fresh score draws", coupling=coupling,
-                  q_family="gaussian" if flow is None else "flow",
+                  q_star_from=counted(names, won),
+                  q_m_star_from=None if won_m is None else counted(["q*", "q*, optimized at θ_m"], won_m),
+                  estimator="fresh score draws; q* and the q*_m the best of their candidates on %s" % (
+                      "the fitting draws" if select is None else "selection draws"),
+                  coupling=coupling, q_family="gaussian" if flow is None else "flow",
                   stderr_over="images (θ draws, z draws and the trained run held fixed)",
-                  refine_steps=list(refine_steps), refinement=refined,
+                  refine_steps=list(refine_steps), refinement=rows,
                   per_image={name: None if v is None else v.tolist() for name, v in per_image.items()})
     return result, best

@@ -1,7 +1,7 @@
 """The per-image optimizers of local ELBOs: :func:`refine` (a fixed number of steps: the semi-amortized
 guide's refinement, the gap's refinement rows) and :func:`converge` (until each row's windowed stopping rule:
 the gap's q*, and with ``per_draw`` the q*_m of every θ draw at once), both on the estimates of
-:mod:`amortized_pyro.local.estimates`.
+:mod:`amortized_pyro.local.estimates`; :func:`pick` assembles, row by row, the winners among several factors.
 """
 import math
 from dataclasses import dataclass
@@ -48,6 +48,21 @@ class Optimum:
     steps: torch.Tensor
     capped: torch.Tensor
     flow: object = None
+
+
+def pick(choice, candidates):
+    """The :class:`Optimum` whose row r is candidate ``choice[r]``'s, for rows [n] (images) or [M, n] (image and
+    θ draw): each candidate's tensors broadcast to the rows' shape, so that one factor per image ([n, ...], a
+    q*) may stand beside one per image and draw ([M, n, ...], the q*_m); flow candidates all (or none)."""
+    def chosen(tensors):
+        shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+        stacked = torch.stack([t.expand(shape) for t in tensors])
+        index = choice.view(1, *choice.shape, *[1] * (len(shape) - choice.dim())).expand(1, *shape)
+        return stacked.gather(0, index)[0]
+
+    flow = candidates[0].flow
+    return Optimum(*(chosen([getattr(c, f) for c in candidates]) for f in ("loc", "log_scale", "steps", "capped")),
+                   None if flow is None else flow.with_params(chosen([c.flow.params for c in candidates])))
 
 
 def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None, flow=None):

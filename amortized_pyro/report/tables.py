@@ -70,12 +70,16 @@ def format_gap(report):
     lines.append("plug-in MSE with q*: %.4f" % report["optimized_plugin_mse"])
     if report.get("q_family") == "flow":
         lines.append("q* and the q*_m are the best members of the guide's flow family per image (q*: the best of the "
-                     "optimum from its own transforms, the optimum from the best Gaussian and that Gaussian; Adam's "
+                     "guide's flow, the optimum from it, the optimum from the best Gaussian and that Gaussian; Adam's "
                      "first rate %s for the flows, %s for the Gaussian); elbo_optimized_gaussian is the best Gaussian "
                      "factor's L, flow_gain = L(q*) − it: what the flow family adds at the optimum"
                      % (report["settings"].get("flow_lr", report["settings"]["lr"]), report["settings"]["lr"]))
-        if report.get("q_star_from"):
-            lines.append("q* per image came from: %s" % ", ".join("%s %d" % item for item in report["q_star_from"].items()))
+    if report.get("q_star_from"):  # q* the best of its candidates: how many images each won
+        lines.append("q* per image came from: %s" % "; ".join(
+            "%s: %d" % item for item in report["q_star_from"].items()))
+    if report.get("q_m_star_from"):
+        lines.append("q*_m per (image, θ) pair came from: %s" % "; ".join(
+            "%s: %d" % item for item in report["q_m_star_from"].items()))
     if "capped" in report:
         lines.append("standard errors over %s" % report["stderr_over"])
         n = report["n_images"]
@@ -149,6 +153,11 @@ def format_reports(reports):
                      "θ draws q* was fitted on: their amortization gaps read too high and their coupling gaps too "
                      "low, by about the coupling gap / M; measure them again for fresh score draws."
                      % (old, len(reports)))
+    before = sum("select_draws" not in r for r in reports)
+    if before:
+        lines.append("%d of %d reports were measured before q* was the best of its candidates (the guide's factor "
+                     "among them): there q* could end below the guide's factor, and their amortization gaps and "
+                     "gaps left after refinement may read below 0; measure them again." % (before, len(reports)))
     if any("coupling_gap" not in r for r in reports):
         lines.append("Reports without a coupling gap or AIS (n/a) were measured by an earlier version, whose "
                      "approximation gap holds both the coupling and the approximation gap.")
