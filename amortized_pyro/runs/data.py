@@ -5,8 +5,9 @@ package for offline use.
 Every source ends as flattened float32 images in [0, 1] (channel-first: a colour image is one row of 3·H·W
 pixels) with their shape (channels, height, width): a training subset of ``n_obs`` and a held-out test
 subset of ``n_test``, both drawn deterministically from ``seed``. Where a source has one split only, the two
-subsets are disjoint slices of one permutation of it. ``grayscale`` turns colour images into their
-luminance. Binarizing (for the Bernoulli likelihood) draws every pixel once, x_bin ~ Bernoulli(x), from a
+subsets are disjoint slices of one permutation of it. Each image keeps its class label where the source has
+them (``Data.train_labels``, ``Data.test_labels``; None where it has none: a conditional model then refuses it in
+one line, :meth:`Data.labels_or_refuse`). ``grayscale`` turns colour images into their luminance. Binarizing (for the Bernoulli likelihood) draws every pixel once, x_bin ~ Bernoulli(x), from a
 generator seeded with the same seed.
 """
 import hashlib
@@ -39,13 +40,48 @@ class Data:
     name: str = "data"
     origin: dict = None  # where to load the same images again: {"dataset", "data_dir", "seed", ...}, paths absolute
     shape: tuple = None  # (C, H, W); None: models.networks.default_image_shape of the rows' length
+    train_labels: torch.Tensor = None  # int64 [N], each training image's class; None: the source has none
+    test_labels: torch.Tensor = None  # int64 [M]
 
     def __post_init__(self):
         self.shape = tuple(self.shape) if self.shape is not None else default_image_shape(self.train.shape[1])
 
+    def _with(self, train, test, source=None, binarized=None, shape=None, labels=None):
+        """The same data with other images (and what else is given), the labels kept."""
+        train_labels, test_labels = labels or (self.train_labels, self.test_labels)
+        return Data(train, test, source or self.source, self.binarized if binarized is None else binarized,
+                    self.name, self.origin, shape or self.shape, train_labels, test_labels)
+
     def to(self, device):
-        return Data(self.train.to(device), self.test.to(device), self.source, self.binarized, self.name, self.origin,
-                    self.shape)
+        move = (lambda t: None if t is None else t.to(device))
+        return self._with(self.train.to(device), self.test.to(device),
+                          labels=(move(self.train_labels), move(self.test_labels)))
+
+    @property
+    def n_classes(self):
+        """How many classes the labels name (the largest label + 1), or None without labels."""
+        if self.train_labels is None:
+            return None
+        return int(max(y.max().item() if len(y) else -1 for y in (self.train_labels, self.test_labels)
+                       if y is not None)) + 1
+
+    def labels_fingerprint(self):
+        """SHA-256 of the training and test labels, or None without labels (beside :meth:`fingerprint`, which is the
+        images' alone, so that runs recorded before labels were read keep theirs)."""
+        if self.train_labels is None:
+            return None
+        digest = hashlib.sha256()
+        for y in (self.train_labels, self.test_labels):
+            digest.update(b"none" if y is None else y.detach().to("cpu", torch.int64).contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+    def labels_or_refuse(self, what="a conditional model"):
+        """(train labels, test labels), or one line of AmortizedPyroError where the source has none."""
+        if self.train_labels is None or (len(self.test) and self.test_labels is None):
+            raise AmortizedPyroError("%s needs class labels, and %s has none (labels come with IDX label files, "
+                                     "CIFAR-10's batches, SVHN's .mat files and .npz files with labels)"
+                                     % (what, self.source))
+        return self.train_labels, self.test_labels
 
     def fingerprint(self):
         """SHA-256 of the training and test images (float32), to tell whether a run saw these images;
@@ -62,14 +98,14 @@ class Data:
         """Each pixel drawn once as Bernoulli(intensity), reproducibly from ``seed``."""
         generator = torch.Generator().manual_seed(seed)
         train, test = ((torch.rand(x.shape, generator=generator) < x.cpu()).to(x) for x in (self.train, self.test))
-        return Data(train, test, self.source + ", binarized", True, self.name, self.origin, self.shape)
+        return self._with(train, test, self.source + ", binarized", True)
 
     def grayscale(self):
         """Colour images as their luminance (one channel); one-channel images as they are."""
         if self.shape[0] != 3:
             return self
         (train, _), (test, shape) = to_grayscale(self.train, self.shape), to_grayscale(self.test, self.shape)
-        return Data(train, test, self.source + ", grayscale", self.binarized, self.name, self.origin, shape)
+        return self._with(train, test, self.source + ", grayscale", shape=shape)
 
     def is_binary(self):
         return all(((x == 0) | (x == 1)).all().item() for x in (self.train, self.test))
@@ -100,27 +136,31 @@ def read_torchvision(name, data_dir, download):
                                                         {"train": split == "train"})) for split in ("train", "test")]
     if own_reader:
         return own_reader()
-    return joined(*(to_unit_floats(split.data.numpy(), NAMED[name]) for split in splits), NAMED[name])
+    return joined(*(to_unit_floats(split.data.numpy(), NAMED[name]) for split in splits), NAMED[name],
+                  tuple(torch.as_tensor(split.targets).numpy() for split in splits))
 
 
-def pick_subsets(pool, test_pool, n_obs, n_test, seed, log):
-    """Deterministic training and test subsets; capped (and said so) where the source has fewer images."""
+def pick_subsets(pool, n_obs, n_test, seed, log):
+    """Deterministic training and test subsets of a :class:`~amortized_pyro.runs.formats.Pool`, images and labels
+    alike: (train, test, train labels, test labels); capped (and said so) where the source has fewer images."""
     generator = torch.Generator().manual_seed(seed)
-    if test_pool is None:
-        available = len(pool)
+    take = (lambda t, rows: None if t is None else t[rows])
+    if pool.test is None:
+        available = len(pool.train)
         if n_obs + n_test > available:
             n_test = min(n_test, available // 5)
             n_obs = min(n_obs, available - n_test)
             log("only %d images in this source: using n_obs=%d, n_test=%d" % (available, n_obs, n_test))
         order = torch.randperm(available, generator=generator)
-        return pool[order[:n_obs]], pool[order[n_obs:n_obs + n_test]]
-    if n_obs > len(pool) or n_test > len(test_pool):
-        n_obs, n_test = min(n_obs, len(pool)), min(n_test, len(test_pool))
+        rows, test_rows = order[:n_obs], order[n_obs:n_obs + n_test]
+        return pool.train[rows], pool.train[test_rows], take(pool.train_labels, rows), take(pool.train_labels, test_rows)
+    if n_obs > len(pool.train) or n_test > len(pool.test):
+        n_obs, n_test = min(n_obs, len(pool.train)), min(n_test, len(pool.test))
         log("this source has %d training and %d test images: using n_obs=%d, n_test=%d"
-            % (len(pool), len(test_pool), n_obs, n_test))
-    train_order = torch.randperm(len(pool), generator=generator)[:n_obs]
-    test_order = torch.randperm(len(test_pool), generator=generator)[:n_test]
-    return pool[train_order], test_pool[test_order]
+            % (len(pool.train), len(pool.test), n_obs, n_test))
+    rows = torch.randperm(len(pool.train), generator=generator)[:n_obs]
+    test_rows = torch.randperm(len(pool.test), generator=generator)[:n_test]
+    return pool.train[rows], pool.test[test_rows], take(pool.train_labels, rows), take(pool.test_labels, test_rows)
 
 
 def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0, download=True, log=print,
@@ -138,7 +178,7 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
         raise AmortizedPyroError("need n_obs >= 1 and n_test >= 0, got %d and %d" % (n_obs, n_test))
     if dataset in NAMED:
         try:
-            pool, test_pool, shape = read_torchvision(dataset, data_dir, download)
+            pool = read_torchvision(dataset, data_dir, download)
             source = "%s (torchvision, %s)" % (NAMED[dataset], data_dir)
         except TorchvisionBroken as e:
             problem = str(e)
@@ -159,14 +199,14 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
             return load_data("mnist-sample", data_dir, n_obs, n_test, seed, download, log, binarize,
                              grayscale=grayscale)
     elif dataset == "mnist-sample":
-        pool, test_pool, shape = read_array_file(SAMPLE_PATH)
-        source = "shipped MNIST sample (first %d images of the MNIST test set)" % len(pool)
+        pool = read_array_file(SAMPLE_PATH)
+        source = "shipped MNIST sample (first %d images of the MNIST test set)" % len(pool.train)
     else:
         path = Path(dataset)
         if path.is_dir():
-            pool, test_pool, shape = read_folder(path)
+            pool = read_folder(path)
         elif path.is_file() and path.suffix in (".npy", ".npz"):
-            pool, test_pool, shape = read_array_file(path)
+            pool = read_array_file(path)
         elif path.exists():
             raise AmortizedPyroError("%s: expected a folder (IDX files, CIFAR-10's python batches or SVHN's .mat "
                                      "files) or a .npy/.npz file" % path)
@@ -176,10 +216,11 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
             raise AmortizedPyroError("unknown dataset %r: use mnist, fashion-mnist, cifar10, svhn, mnist-sample, "
                                      "a folder of image files or a .npy/.npz file" % dataset)
         source = str(path)
-    train, test = pick_subsets(pool, test_pool, n_obs, n_test, seed, log)
+    train, test, train_labels, test_labels = pick_subsets(pool, n_obs, n_test, seed, log)
     resolved = dataset if dataset in NAMED or dataset == "mnist-sample" else str(Path(dataset).resolve())
     data = Data(train, test, source, name=dataset,
-                origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve()), "seed": seed}, shape=shape)
+                origin={"dataset": resolved, "data_dir": str(Path(data_dir).resolve()), "seed": seed},
+                shape=pool.shape, train_labels=train_labels, test_labels=test_labels)
     data = data.grayscale() if grayscale else data
     return data.binarize(seed) if binarize else data
 

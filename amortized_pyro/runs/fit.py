@@ -125,7 +125,9 @@ def prepare_data(config, data=None, log=print):
 def data_info(data):
     return {"name": data.name, "source": data.source, "origin": data.origin, "n_obs": data.train.shape[0],
             "n_test": data.test.shape[0], "x_dim": data.train.shape[1], "image_shape": list(data.shape), "binarized": data.binarized,
-            "fingerprint": data.fingerprint(), "mean_image_mse": mean_image_mse(data)}
+            "fingerprint": data.fingerprint(), "mean_image_mse": mean_image_mse(data),
+            "labels": None if data.train_labels is None else {"n_classes": data.n_classes,
+                                                               "fingerprint": data.labels_fingerprint()}}
 
 
 def run_data(path, info, config, data=None, log=print):

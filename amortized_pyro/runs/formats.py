@@ -7,14 +7,20 @@
 * SVHN's cropped digits: ``train_32x32.mat`` and ``test_32x32.mat`` (MATLAB), ``X`` uint8 [32, 32, 3, N].
 * NumPy ``.npy`` (one split) and ``.npz`` (``train``/``test`` or ``images``).
 
+Their class labels where the format has them: IDX label files beside the images (``train-labels-idx1-ubyte``,
+``t10k-labels-idx1-ubyte``), CIFAR-10's ``labels``, SVHN's ``y`` (its digit 0 published as 10), an ``.npz``'s
+``labels`` (beside ``images``) or ``train_labels``/``test_labels``; none for ``.npy``.
+
 Read here rather than through torchvision, which checks each file's checksum against the full published
-files and so refuses a subset or a copy written by the tests. Every reader returns ``(train, test or None,
-shape)`` with ``shape`` the image's (channels, height, width); a row of ``train`` is that image flattened
-channel-first (3,072 pixels for a 3 × 32 × 32 colour image), never one colour plane per row.
+files and so refuses a subset or a copy written by the tests. Every reader returns a :class:`Pool`: ``train``,
+``test`` (or None), ``shape`` the image's (channels, height, width), and the labels of each split (int64, or None);
+a row of ``train`` is that image flattened channel-first (3,072 pixels for a 3 × 32 × 32 colour image), never
+one colour plane per row.
 """
 import gzip
 import io
 import pickle
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +34,7 @@ CIFAR_FOLDER = "cifar-10-batches-py"
 CIFAR_TRAIN = tuple("data_batch_%d" % i for i in range(1, 6))
 SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
 LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601, as torchvision's rgb_to_grayscale
+Pool = namedtuple("Pool", "train test shape train_labels test_labels")
 
 
 def read_idx(path):
@@ -98,16 +105,27 @@ def to_grayscale(images, shape):
 
 
 def read_idx_folder(folder):
-    """(train, test or None, shape) from a folder of IDX image files: ``train-images…`` and/or ``t10k-images…``."""
-    def find(prefix):
-        hits = sorted(folder.glob(prefix + "-images-idx3-ubyte*"))
-        return to_unit_floats(read_idx(hits[0]), str(hits[0])) if hits else None
+    """The :class:`Pool` of a folder of IDX files: ``train-images…`` and/or ``t10k-images…``, with the
+    ``…-labels-idx1-ubyte…`` files beside them where there are."""
+    def find(prefix, kind="images-idx3"):
+        hits = sorted(folder.glob("%s-%s-ubyte*" % (prefix, kind)))
+        return hits[0] if hits else None
 
-    train, test = find("train"), find("t10k")
+    def images(prefix):
+        path = find(prefix)
+        return to_unit_floats(read_idx(path), str(path)) if path else None
+
+    def labels(prefix):
+        path = find(prefix, "labels-idx1")
+        return read_idx(path) if path and find(prefix) else None
+
+    train, test = images("train"), images("t10k")
     if train is None and test is None:
         raise AmortizedPyroError("no IDX image files (train-images-idx3-ubyte[.gz], t10k-images-idx3-ubyte[.gz]) in %s"
                                  % folder)
-    return joined(train, test, folder) if train is not None else joined(test, None, folder)
+    if train is None:
+        return joined(test, None, folder, (labels("t10k"), None))
+    return joined(train, test, folder, (labels("train"), labels("t10k")))
 
 
 class ArraysOnly(pickle.Unpickler):
@@ -124,32 +142,37 @@ class ArraysOnly(pickle.Unpickler):
 
 
 def read_cifar_batch(path):
-    """One CIFAR-10 python batch → uint8 [n, 3, 32, 32]."""
+    """One CIFAR-10 python batch → (uint8 [n, 3, 32, 32], its labels [n] or None)."""
     try:
         batch = ArraysOnly(io.BytesIO(Path(path).read_bytes()), encoding="bytes").load()
         data = np.asarray(batch[b"data"] if b"data" in batch else batch["data"], dtype=np.uint8)
+        labels = batch.get(b"labels", batch.get("labels"))
     except FileNotFoundError:
         raise AmortizedPyroError("missing CIFAR-10 batch %s" % path) from None
     except (OSError, EOFError, pickle.UnpicklingError, TypeError, KeyError, ValueError, AttributeError) as e:
         raise AmortizedPyroError("%s is not a CIFAR-10 python batch (%s)" % (path, e)) from None
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
         raise AmortizedPyroError("%s: a CIFAR-10 batch's data is [n, 3072], got %s" % (path, data.shape))
-    return data.reshape(-1, 3, 32, 32)
+    return data.reshape(-1, 3, 32, 32), None if labels is None else np.asarray(labels)
 
 
 def read_cifar_folder(folder):
-    """(train, test, (3, 32, 32)) from CIFAR-10's python batches in ``folder`` (``cifar-10-batches-py/``)."""
-    train = np.concatenate([read_cifar_batch(folder / name) for name in CIFAR_TRAIN])
-    test = read_cifar_batch(folder / "test_batch")
-    return joined(to_unit_floats(train, str(folder)), to_unit_floats(test, str(folder / "test_batch")), folder)
+    """The :class:`Pool` of CIFAR-10's python batches in ``folder`` (``cifar-10-batches-py/``)."""
+    parts = [read_cifar_batch(folder / name) for name in CIFAR_TRAIN]
+    test, test_labels = read_cifar_batch(folder / "test_batch")
+    labels = None if any(part[1] is None for part in parts) else np.concatenate([part[1] for part in parts])
+    return joined(to_unit_floats(np.concatenate([part[0] for part in parts]), str(folder)),
+                  to_unit_floats(test, str(folder / "test_batch")), folder, (labels, test_labels))
 
 
 def read_svhn_file(path):
-    """SVHN's ``X`` [32, 32, 3, n] from a .mat file → uint8 [n, 3, 32, 32]."""
+    """SVHN's ``X`` [32, 32, 3, n] from a .mat file → (uint8 [n, 3, 32, 32], its digits [n] from ``y``, where
+    10 stands for 0, or None)."""
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError
     try:
-        images = loadmat(path, variable_names=["X"]).get("X")
+        arrays = loadmat(path, variable_names=["X", "y"])
+        images, labels = arrays.get("X"), arrays.get("y")
     except FileNotFoundError:
         raise AmortizedPyroError("missing SVHN file %s" % path) from None
     except (OSError, ValueError, TypeError, NotImplementedError, MatReadError) as e:
@@ -157,13 +180,15 @@ def read_svhn_file(path):
     if images is None or images.ndim != 4 or images.shape[2] != 3:
         raise AmortizedPyroError("%s: SVHN's X is [32, 32, 3, n], got %s" % (
             path, "no X" if images is None else images.shape))
-    return np.ascontiguousarray(np.transpose(images, (3, 2, 0, 1)))
+    return (np.ascontiguousarray(np.transpose(images, (3, 2, 0, 1))),
+            None if labels is None else np.asarray(labels).reshape(-1) % 10)
 
 
 def read_svhn_folder(folder):
-    """(train, test, (3, 32, 32)) from SVHN's ``train_32x32.mat`` and ``test_32x32.mat`` in ``folder``."""
-    train, test = (to_unit_floats(read_svhn_file(folder / name), str(folder / name)) for name in SVHN_FILES)
-    return joined(train, test, folder)
+    """The :class:`Pool` of SVHN's ``train_32x32.mat`` and ``test_32x32.mat`` in ``folder``."""
+    (train, labels), (test, test_labels) = (read_svhn_file(folder / name) for name in SVHN_FILES)
+    return joined(to_unit_floats(train, str(folder / SVHN_FILES[0])), to_unit_floats(test, str(folder / SVHN_FILES[1])),
+                  folder, (labels, test_labels))
 
 
 def is_cifar_folder(folder):
@@ -198,23 +223,36 @@ def read_array_file(path):
         return joined(to_unit_floats(arrays, str(path)), None, path)
     with arrays:
         keys = set(arrays.files)
+        label = (lambda name: arrays[name] if name in keys else None)
         if "train" in keys:
             train = to_unit_floats(arrays["train"], "%s[train]" % path)
             test = to_unit_floats(arrays["test"], "%s[test]" % path) if "test" in keys else None
-            return joined(train, test, path)
+            return joined(train, test, path, (label("train_labels"), label("test_labels")))
         key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
         if key is None:
             raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s"
                                      % (path, sorted(keys)))
-        return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path)
+        return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path, (label("labels"), None))
 
 
-def joined(train, test, where):
-    """(train images, test images or None, shape) from two (images, shape) pairs that must agree in shape."""
+def joined(train, test, where, labels=(None, None)):
+    """The :class:`Pool` of two (images, shape) pairs that must agree in shape (test: or None) and their labels
+    (arrays of integers, one per image, or None)."""
     (train, shape), test = train, test
     if test is not None:
         test, test_shape = test
         if test_shape != shape:
             raise AmortizedPyroError("%s: train and test images differ in shape (%s and %s)" % (
                 where, "×".join(map(str, shape)), "×".join(map(str, test_shape))))
-    return train, test, shape
+    return Pool(train, test, shape, *(_labels(y, x, where) for y, x in zip(labels, (train, test))))
+
+
+def _labels(labels, images, where):
+    """Class labels as int64 [n], one per image; None where there are none."""
+    if labels is None or images is None:
+        return None
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) != len(images) or not np.issubdtype(labels.dtype, np.integer) or (labels < 0).any():
+        raise AmortizedPyroError("%s: %d labels for %d images (labels are class numbers 0, 1, ...: %s)"
+                                 % (where, len(labels), len(images), labels.dtype))
+    return torch.from_numpy(labels.astype(np.int64))
