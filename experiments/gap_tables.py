@@ -14,9 +14,13 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
               runs' own clocks, on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± 1 s.e. (the
               title says over what); a missing value (F-VI's held-out amortization gap) as "n/a", no bar; hatched
-              where some q* or q*_m stopped at its step cap; the approximation gap against IWAE's log p(x)
+              where some optimization stopped at its step cap, by what it touches: the amortization gap "//"
+              where some q* did (gaps.md's †), the coupling and approximation gaps "\\\\" where some q*_m did
+              (gaps.md's ‡); the approximation gap against IWAE's log p(x)
 With --against LABEL (repeatable) gaps.md ends with every other configuration's gaps minus that one's, in nats and
-in standard errors. With --by-n each configuration's label names its N (training images), and the figure's title what else differs
+in standard errors: paired where both were measured on the same images of the same training seeds and data (the
+per-image differences pooled as a gap is), unpaired where not, each row under a heading that says which and why.
+With --by-n each configuration's label names its N (training images), and the figure's title what else differs
 between the N, as the runs recorded it (trained epochs, data source, settings).
 """
 import argparse
@@ -28,18 +32,26 @@ from pathlib import Path
 
 from matplotlib.patches import Patch
 
-from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
+from amortized_pyro.gap.pooling import gap_over_seeds, paired_over_seeds, seed_groups, unpaired_because
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.style import save_figure, subplots
-from amortized_pyro.report.tables import format_reports, hit_cap, plus_minus
+from amortized_pyro.report.tables import capped_q_m, capped_q_star, format_reports, ordered, plus_minus
 from amortized_pyro.support.stats import mean_stderr
 from amortized_pyro.runs.store import load_history, read_info
 
 GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
 
 
+def data_id(data):
+    """What a run's images are drawn from (its config.json's ``data``): the data's fingerprint, or where a run
+    recorded none its source and split sizes."""
+    return data.get("fingerprint") or json.dumps([data.get("source") or data.get("name"), data.get("n_obs"),
+                                                  data.get("n_test")])
+
+
 def collect(folders, by_n):
-    """(gap reports, {label: [(config, history)]}) of every run with gap reports under the folders."""
+    """(gap reports, {label: [(config, history)]}) of every run with gap reports under the folders; each report
+    with its run's :func:`data_id` (``data_id``) and training seed (``seed``), which pairing compares."""
     reports, runs = [], {}
     for folder in folders:
         for run_dir in sorted(Path(folder).glob("runs/*/*")):
@@ -48,8 +60,9 @@ def collect(folders, by_n):
                 continue
             info = read_info(run_dir)
             label = found[0]["label"] + (", N %d" % info["data"]["n_obs"] if by_n else "")
-            for report in found:
-                report["label"] = label
+            for report in found:  # the training seed from config.json where a report of an earlier version lacks it
+                report.update(label=label, data_id=data_id(info["data"]),
+                              seed=report.get("seed", info["config"].get("seed")))
             reports += found
             runs.setdefault(label, []).append((info, load_history(run_dir)))
     return reports, runs
@@ -85,7 +98,15 @@ def training_table(runs):
     return "\n".join(lines)
 
 
-HATCH = "//"  # a bar whose configuration had some q* or q*_m stopped at its step cap
+# Each gap's bar hatched where an optimization that touches it stopped at its step cap: the amortization gap by
+# a capped q* (gaps.md's †), the coupling and approximation gaps by a capped q*_m (gaps.md's ‡); and the legend's
+# words for each hatch
+HATCHES = {"amortization_gap": (capped_q_star, "//"), "coupling_gap": (capped_q_m, "\\\\"),
+           "approximation_gap": (capped_q_m, "\\\\")}
+HATCH_WORDS = {"//": "some q* stopped at its step cap,\nnot by the rule: the amortization\ngap a lower bound "
+                     "(gaps.md's †)",
+               "\\\\": "some q*_m stopped at its step cap:\nthe coupling gap may read low, the\napproximation "
+                       "gap high (gaps.md's ‡)"}
 
 
 def covers(value, group):
@@ -145,15 +166,17 @@ def by_n_note(reports, runs):
 
 def figure(reports, path, title, note=None):
     """The amortization, coupling and approximation gaps per configuration, train and test, as bars ± 1 s.e.;
-    a missing value (F-VI has no held-out amortization gap) as no bar and "n/a"; hatched where some q* or q*_m
-    stopped at its step cap. ``note`` (a line under the title, e.g. :func:`by_n_note`). Returns the figure."""
+    a missing value (F-VI has no held-out amortization gap) as no bar and "n/a"; hatched where an optimization
+    that touches the gap stopped at its step cap (:data:`HATCHES`). ``note`` (a line under the title, e.g.
+    :func:`by_n_note`). Returns the figure."""
     groups = seed_groups(reports)
     labels = sorted({label for label, _ in groups}, key=display_order)
     fig, axes = subplots(1, 3, figsize=(15, 5.2))
-    over = set()  # what the drawn error bars cover
+    over, hatches = set(), set()  # what the drawn error bars cover; the hatches drawn
     for ax, gap in zip(axes, GAPS):
+        capped, hatch = HATCHES[gap]
         for offset, (split, color) in enumerate((("train", "tab:blue"), ("test", "tab:orange"))):
-            xs, means, capped, bars = [], [], [], []
+            xs, means, hatched, bars = [], [], [], []
             for i, label in enumerate(labels):
                 x = i + (offset - 0.5) * 0.35
                 group = groups.get((label, split))
@@ -163,15 +186,16 @@ def figure(reports, path, title, note=None):
                     continue
                 xs.append(x)
                 means.append(value["mean"])
-                capped.append(any(hit_cap(r) for r in group))
+                hatched.append(any(capped(r) for r in group))
                 if not math.isnan(value["stderr"]):  # one image: no error bar rather than a zero one
                     bars.append((x, value["mean"], value["stderr"]))
                     over.add(covers(value, group))
             if xs:
                 container = ax.bar(xs, means, width=0.35, color=color)
-                for patch, cap in zip(container.patches, capped):
+                for patch, cap in zip(container.patches, hatched):
                     if cap:
-                        patch.set(hatch=HATCH, edgecolor="black")
+                        patch.set(hatch=hatch, edgecolor="black")
+                        hatches.add(hatch)
             if bars:
                 ax.errorbar(*zip(*bars), fmt="none", ecolor="black", capsize=3)
         ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
@@ -181,9 +205,8 @@ def figure(reports, path, title, note=None):
     axes[2].set_ylabel(estimator_text(reports), fontsize=8)
     # the legend's own patches: the bars' would carry the first bar's hatch
     handles = [Patch(color="tab:blue", label="train"), Patch(color="tab:orange", label="test")]
-    if any(hit_cap(r) for r in reports):
-        handles.append(Patch(facecolor="white", edgecolor="black", hatch=HATCH, label="hatched: some q* or q*_m\n"
-                             "stopped at its step cap, not\nby the rule (see gaps.md)"))
+    handles += [Patch(facecolor="white", edgecolor="black", hatch=hatch, label=words)
+                for hatch, words in HATCH_WORDS.items() if hatch in hatches]
     axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)
     lines = [title + ": bars the mean over training seeds of the image means; error bars ± 1 s.e. over "
              + "; ".join(sorted(over) or ["nothing (a single image)"])]
@@ -193,31 +216,54 @@ def figure(reports, path, title, note=None):
     return save_figure(fig, path)
 
 
+def difference(group, base, name, why):
+    """{"mean", "stderr"} of ``group``'s quantity ``name`` minus ``base``'s, or None where either lacks it:
+    paired where ``why`` (:func:`~amortized_pyro.gap.pooling.unpaired_because`) is None, by
+    :func:`~amortized_pyro.gap.pooling.paired_over_seeds`; else the difference of the pooled means with
+    s.e. = √(s.e.₁² + s.e.₂²), the two taken as independent."""
+    if why is None:
+        return paired_over_seeds(group, base, name)
+    mine, theirs = gap_over_seeds(group, name), gap_over_seeds(base, name)
+    if mine is None or theirs is None:
+        return None
+    return {"mean": mine["mean"] - theirs["mean"], "stderr": math.hypot(mine["stderr"], theirs["stderr"])}
+
+
+def in_errors(value):
+    """A difference in nats and, in brackets, in its standard errors; n/a where missing."""
+    if value is None or math.isnan(value["mean"]):
+        return "n/a"
+    if not value["stderr"] > 0:  # one value, or identical differences: no ratio
+        return "%+.1f (s.e. %s)" % (value["mean"], "n/a" if math.isnan(value["stderr"]) else "0")
+    return "%+.1f (%+.1f s.e.)" % (value["mean"], value["mean"] / value["stderr"])
+
+
 def against_table(reports, base):
-    """Every other configuration's three gaps minus ``base``'s, split by split: the difference of the pooled
-    means and that difference over √(s.e.₁² + s.e.₂²), the standard errors taken as independent (each
-    configuration trained its own decoders; where the images are the same the pairing is left unused, which
-    makes the ratio conservative)."""
+    """Every other configuration's three gaps minus ``base``'s, split by split, in nats and in standard errors
+    (:func:`difference`): paired by (training seed, image) where the two were measured on the same images of the
+    same seeds and data, unpaired where not; the rows under a heading per way, which says it (and why unpaired)."""
     groups = seed_groups(reports)
     if not any(label == base for label, _ in groups):
         raise SystemExit("--against %s: no such configuration (there are: %s)" % (
             base, ", ".join(sorted({label for label, _ in groups}, key=display_order))))
-    lines = ["Each configuration's gaps minus %s's (nats per image; in brackets, the difference over its standard "
-             "error, the two standard errors taken as independent):" % base, "",
-             "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS) + " |", "|---" * 5 + "|"]
-    for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]),
-                                                                          item[0][1] != "train")):
+    tables = {}  # {heading: rows}, in the order of their first row
+    for (label, split), group in ordered(groups):
         if label == base or (base, split) not in groups:
             continue
-        cells = []
-        for name in GAPS:
-            mine, theirs = gap_over_seeds(group, name), gap_over_seeds(groups[(base, split)], name)
-            if mine is None or theirs is None or math.isnan(mine["mean"]) or math.isnan(theirs["mean"]):
-                cells.append("n/a")
-                continue
-            difference = mine["mean"] - theirs["mean"]
-            cells.append("%+.1f (%+.1f s.e.)" % (difference, difference / math.hypot(mine["stderr"], theirs["stderr"])))
-        lines.append("| %s | %s | %s |" % (label, split, " | ".join(cells)))
+        why = unpaired_because(group, groups[(base, split)], GAPS)
+        values = [difference(group, groups[(base, split)], name, why) for name in GAPS]
+        if why is None:
+            over = next((v["over"] for v in values if v), "nothing (no gap on both sides)")
+            heading = ("Paired by (training seed, image): the mean of the per-image differences and its standard "
+                       "error over %s, by the pooling rule (amortized_pyro.gap.pooling.paired_over_seeds):" % over)
+        else:
+            heading = "Unpaired (%s), the two standard errors taken as independent:" % why
+        tables.setdefault(heading, []).append("| %s | %s | %s |" % (label, split, " | ".join(map(in_errors, values))))
+    lines = ["Each configuration's gaps minus %s's (nats per image; in brackets, the difference over its standard "
+             "error), paired where both were measured on the same images of the same training seeds:" % base]
+    for heading, rows in tables.items():
+        lines += ["", heading, "", "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS) + " |",
+                  "|---" * 5 + "|"] + rows
     return "\n".join(lines)
 
 

@@ -294,7 +294,7 @@ def test_discrete_helpful_error():
         assert "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("options", [{"init_scale": -1.0}, {"flow": -1}, {"globals": "laplace"}, {"init_loc_fn": 3},
+@pytest.mark.parametrize("options", [{"init_scale": -1.0}, {"flow": -1}, {"global_guide": "laplace"}, {"init_loc_fn": 3},
                                      {"plate": "images"}])
 @pytest.mark.parametrize("name", BUILDERS)
 def test_bad_options_are_value_errors(name, options):

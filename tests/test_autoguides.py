@@ -154,7 +154,7 @@ def test_globals_normal_and_delta(toy, global_param_store):
     model = WithGlobals(N, DX, DZ, sigma=0.5)
     for kind in ("normal", "delta"):
         pyro.clear_param_store()
-        guide = AutoAmortizedNormal(model.model, globals=kind)
+        guide = AutoAmortizedNormal(model.model, global_guide=kind)
         svi = SVI(model.model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
         for _ in range(5):
             svi.step(model.x)
@@ -309,8 +309,9 @@ def test_guide_lists_pickles_masks_and_saturated_supports(toy, global_param_stor
 
 
 def test_annealing_scales_the_guides_latent_sites_as_the_model_scales_its_own():
-    """KL warm-up, β-VAE: with the model's latent sites under poutine.scale(β) and the builder's ``annealing``
-    returning β, Trace_ELBO's loss is −[log p(x | z, W) + β (log p(W, z) − log q(W, z))] at the guide's draw."""
+    """KL warm-up, β-VAE, as Pyro expresses it: with the model's latent sites under poutine.scale(β) and the
+    guide called under poutine.scale(β) too, Trace_ELBO's loss is −[log p(x | z, W) + β (log p(W, z) −
+    log q(W, z))] at the guide's draw."""
     x = LinearGaussian(N, DX, DZ, sigma=0.5).x
 
     def model(x, beta):
@@ -323,7 +324,12 @@ def test_annealing_scales_the_guides_latent_sites_as_the_model_scales_its_own():
 
     beta = 0.3
     with pyro.settings.context(module_local_params=True):
-        guide = AutoAmortizedNormal(model, width=8, annealing=lambda x, beta: beta)
+        builder = AutoAmortizedNormal(model, width=8)
+
+        def guide(x, beta):
+            with poutine.scale(scale=beta):
+                return builder(x, beta)
+
         guide(x, beta)
         pyro.set_rng_seed(0)
         loss = Trace_ELBO(max_plate_nesting=1).differentiable_loss(model, guide, x, beta)

@@ -1,6 +1,6 @@
 """The base of the guide builders: q(θ) q(z_1..N) for any model whose local latents sit in a named plate.
 
-    q(θ)   = AutoNormal (mean-field Normal, ``globals="normal"``) or AutoDelta (``"delta"``: MAP) over every
+    q(θ)   = AutoNormal (mean-field Normal, ``global_guide="normal"``) or AutoDelta (``"delta"``: MAP) over every
              latent site outside the plate, built by Pyro on the model with the local sites hidden, or a
              module of one's own (the package's flat-vector q(θ))
     q(z_n) = Π_sites T_s(u_n,s),   u_n ~ Normal(μ_n, diag σ_n²) in each local site's unconstrained space
@@ -10,8 +10,6 @@ A family (:mod:`amortized_pyro.autoguides.families`) says only how (μ_n, σ_n) 
 datapoints, by :meth:`AutoLocalGuide.local_factor`; everything else (reading the model, the plates, the
 sampling, the gap's access to q) lives here once.
 """
-import contextlib
-from operator import attrgetter
 
 import torch
 
@@ -24,8 +22,7 @@ from pyro.infer.autoguide.initialization import init_to_feasible
 from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
-from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
-from amortized_pyro.autoguides.posterior import local_median, local_quantiles
+from amortized_pyro.autoguides.protocol import Measured
 from amortized_pyro.autoguides.masking import local_masks, masked_sites
 from amortized_pyro.autoguides.structure import global_sites_model, local_init, plate_recipe, read_structure
 from amortized_pyro.errors import GuideError
@@ -37,14 +34,7 @@ LOCAL_TERMS = "_local_terms"  # the guide's factor site of a family's own traini
 LOCAL_FLOW = "_local_flow"  # the guide's auxiliary site of the flat local vector u_n where a flow draws it
 
 
-def _check_objective(objective, part):
-    if objective not in OBJECTIVES or (objective != "elbo" and not hasattr(part, "objective")):
-        raise GuideError("objective must be one of %s, and %r needs a global part of one's own that scores "
-                                 "its draws so (an objective attribute); got %r"
-                                 % (", ".join(OBJECTIVES), "reference", objective))
-
-
-class AutoLocalGuide(AutoGuide):
+class AutoLocalGuide(Measured, AutoGuide):
     """A guide built from ``model``: Pyro's AutoNormal or AutoDelta over the global latent sites, and a
     Gaussian factor per datapoint over the local ones, whose parameters the subclass provides.
 
@@ -61,23 +51,12 @@ class AutoLocalGuide(AutoGuide):
     :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
         (per-datapoint, shared) and of AutoNormal's global factors; an encoder's initial σ_n is
         ``init_scale`` times exp of its log-scale head at torch's default initialization.
-    :param globals: the guide of the global latent sites (unused where the model has none): ``"normal"``
-        (mean-field Normal, AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a module of one's own
-        that draws every global site when called with the model's arguments and returns site → value, and
-        has ``median()`` (site → value) and ``sample(generator)`` (one draw, site → value, detached): the
-        package's flat-vector q(θ) (:class:`~amortized_pyro.models.q_theta.QThetaNormal`) is one.
-    :param str objective: how the guide's draws are scored: ``"elbo"`` (their density: the ELBO) or
-        ``"reference"`` (as the reference studies' code does, standard deviations scored as variances: not an
-        ELBO; see :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`); the global part scores its own draws
-        so too, which needs a module of one's own with an ``objective`` attribute.
-    :param callable annealing: a function of the model's arguments returning a scale β (a number, a 0-dim
-        tensor, or None for none) under which the guide draws every latent site (``poutine.scale``), for a
-        model that scales its latent sites by the same β, as Pyro's examples anneal the KL (examples/dmm):
-        the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p) (KL warm-up, β-VAE); None: no scale.
-    :param callable datapoint_indices: a function of the model's arguments returning the indices of this
-        call's datapoints among the plate's full size, for a model whose plate's subsample indices are not
-        them (seeds packed as replicas, :func:`amortized_pyro.models.decoder.data_plate`: one minibatch per replica,
-        [R, B]); None: the plate's subsample indices.
+    :param global_guide: the guide of the global latent sites (unused where the model has none): ``"normal"``
+        (mean-field Normal, Pyro's AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a guide object of
+        one's own: a module that draws every global site when called with the model's arguments and returns
+        site → value, and has ``median()`` (site → value) and ``sample(generator)`` (one draw, site → value,
+        detached), and ``is_point()`` where its draws are a point mass (the package's flat-vector q(θ),
+        :class:`~amortized_pyro.models.q_theta.QThetaNormal`, is one).
     :param int flow: K, normalizing-flow transforms after the Gaussian factor (:mod:`.flows`: masked
         autoregressive, conditioned on the encoder's features in the amortized family, unconditional in the free
         ones; they start as the identity); 0: the Gaussian factor alone.
@@ -102,30 +81,24 @@ class AutoLocalGuide(AutoGuide):
     """
 
     def __init__(self, model, *, plate="data", init_loc_fn=init_to_feasible, init_scale=DEFAULT_INIT_SCALE,
-                 globals="normal", objective="elbo", annealing=None, datapoint_indices=None, create_plates=None,
-                 local_mask=None, flow=0, flow_width=DEFAULT_FLOW_WIDTH):
-        own = isinstance(globals, torch.nn.Module)
-        if not own and globals not in GLOBAL_GUIDES:
-            raise GuideError("globals must be one of %s or a module, got %r" % (", ".join(GLOBAL_GUIDES),
-                                                                                       globals))
-        _check_objective(objective, globals)
+                 create_plates=None, global_guide="normal", local_mask=None, flow=0, flow_width=DEFAULT_FLOW_WIDTH):
+        own = isinstance(global_guide, torch.nn.Module)
+        if not own and global_guide not in GLOBAL_GUIDES:
+            raise GuideError("global_guide must be one of %s or a guide object, got %r"
+                             % (", ".join(GLOBAL_GUIDES), global_guide))
         if not init_scale > 0:
             raise GuideError("init_scale must be positive, got %r" % init_scale)
-        if flow < 0 or flow_width < 1 or (flow and (objective != "elbo" or local_mask is not None)):
-            raise GuideError("a flow needs flow >= 0, flow_width >= 1, the ELBO objective and no local_mask; got "
-                             "%r, %r, %r, %r" % (flow, flow_width, objective, local_mask))
+        if flow < 0 or flow_width < 1 or (flow and local_mask is not None):
+            raise GuideError("a flow needs flow >= 0, flow_width >= 1 and no local_mask; got %r, %r, %r"
+                             % (flow, flow_width, local_mask))
         if not callable(init_loc_fn):
             raise GuideError("init_loc_fn must be one of Pyro's initialization strategies (a function of a site), "
                              "got %r" % (init_loc_fn,))
         super().__init__(model, create_plates=self._plates_of_call)
-        self.plate, self.init_scale, self.globals_kind = plate, float(init_scale), "own" if own else globals
-        self._user_plates, self.annealing, self.datapoint_indices = create_plates, annealing, datapoint_indices
-        self.init_loc_fn, self.local_mask = init_loc_fn, local_mask
+        self.plate, self.init_scale, self.global_kind = plate, float(init_scale), "own" if own else global_guide
+        self._user_plates, self.init_loc_fn, self.local_mask = create_plates, init_loc_fn, local_mask
         self.structure, self.recipe, self.init_locs = None, None, None
-        self.q_theta = globals if own else None
-        self.objective = objective
-        if own and hasattr(globals, "objective"):
-            globals.objective = objective
+        self.q_theta = global_guide if own else None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
         self.flow_transforms, self.flow_width, self.flow = flow, flow_width, None
 
@@ -156,7 +129,7 @@ class AutoLocalGuide(AutoGuide):
                 indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
             self.init_locs = local_init(full, self.structure, self.init_loc_fn)
             if self.structure.globals and self.q_theta is None:  # AutoNormal/AutoDelta on the recorded global sites
-                part = GLOBAL_GUIDES[self.globals_kind]
+                part = GLOBAL_GUIDES[self.global_kind]
                 options = {"init_scale": self.init_scale} if part is AutoNormal else {}
                 self.q_theta = part(global_sites_model(full, self.structure), init_loc_fn=self.init_loc_fn, **options)
                 with poutine.block():
@@ -189,9 +162,7 @@ class AutoLocalGuide(AutoGuide):
         return None
 
     def _indices(self, plates, args, kwargs):
-        """This call's datapoints: the data plate's subsample indices, or ``datapoint_indices``' answer."""
-        if self.datapoint_indices is not None:
-            return self.datapoint_indices(*args, **kwargs)
+        """This call's datapoints among the plate's full size: the data plate's subsample indices."""
         return plates[self.plate].indices
 
     def _check_prototype(self, part_trace):
@@ -242,24 +213,22 @@ class AutoLocalGuide(AutoGuide):
         if self.prototype_trace is None:
             self._setup_prototype(*args, **kwargs)
         plates = self._create_plates(*args, **kwargs)
-        beta = self.annealing(*args, **kwargs) if self.annealing is not None else None
-        normal = q_normal(self.objective)
-        with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
-            result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
-            indices = self._indices(plates, args, kwargs)
-            loc, scale, terms = self.local_terms(indices, args, kwargs, result)
-            locs, scales = self.structure.split(loc), self.structure.split(scale)
-            masks = self.site_masks(args, kwargs, loc.shape[-2])
-            with plates[self.plate]:
-                if self.flow is not None:
-                    result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
-                for site in self.structure.locals if self.flow is None else ():
-                    base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
-                    q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
-                    result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
-                                                    else q.mask(masks[site.name]))
-                if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
-                    pyro.factor(LOCAL_TERMS, terms.detach() - terms, has_rsample=True)
+        normal = self.local_normal()
+        result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
+        indices = self._indices(plates, args, kwargs)
+        loc, scale, terms = self.local_terms(indices, args, kwargs, result)
+        locs, scales = self.structure.split(loc), self.structure.split(scale)
+        masks = self.site_masks(args, kwargs, loc.shape[-2])
+        with plates[self.plate]:
+            if self.flow is not None:
+                result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
+            for site in self.structure.locals if self.flow is None else ():
+                base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
+                q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
+                result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
+                                                else q.mask(masks[site.name]))
+            if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
+                pyro.factor(LOCAL_TERMS, terms.detach() - terms, has_rsample=True)
         return result
 
     def site_masks(self, args, kwargs, batch):
@@ -274,28 +243,10 @@ class AutoLocalGuide(AutoGuide):
             return None
         return local_masks(self.local_mask(*args, **kwargs), self.structure, batch)[1]
 
-    def median(self, *args, **kwargs):
-        """site → the median of q: the global sites' as the global part gives them (AutoNormal's), the local
-        sites' for the datapoints of this call (:func:`~.posterior.local_median`; a flow's by sampling)."""
-        if self.prototype_trace is None:
-            with torch.no_grad():
-                self(*args, **kwargs)
-        return {**self.global_mean(), **local_median(self, args, kwargs)}
-
-    @torch.no_grad()
-    def quantiles(self, quantiles, *args, **kwargs):
-        """site → the ``quantiles`` (a list of numbers in (0, 1)) of q, each [len(quantiles), *site's shape]: the
-        global sites' as AutoNormal gives them (a point mass's: its value, repeated), the local sites' for the
-        datapoints of this call (:func:`~.posterior.local_quantiles`; a flow's by sampling)."""
-        if self.prototype_trace is None:
-            self(*args, **kwargs)
-        if self.q_theta is None:
-            found = {}
-        elif hasattr(self.q_theta, "quantiles"):
-            found = self.q_theta.quantiles(quantiles, *args, **kwargs)
-        else:  # a point mass (AutoDelta) or a module of one's own without quantiles: its median, repeated
-            found = {name: value.expand((len(quantiles),) + value.shape) for name, value in self.global_mean().items()}
-        return {**found, **local_quantiles(self, quantiles, args, kwargs)}
+    def local_normal(self):
+        """The Normal that draws and scores u_n given (μ_n, σ_n) (a hook: the package's studies score theirs as
+        their code does, :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`)."""
+        return dist.Normal
 
     def _flow_draws(self, loc, scale, context):
         """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
@@ -324,92 +275,9 @@ class AutoLocalGuide(AutoGuide):
         """Those features for the datapoints ``indices`` of this call, [B, F], or None (a family's hook)."""
         return None
 
-    def check_gaussian(self, what):
-        """Refuse ``what`` in one line for a flow guide (something that takes a Gaussian factor)."""
-        if self.flow is not None:
-            raise GuideError("%s takes a Gaussian q(z_n); this guide has a flow (flow=%d): measure it with "
-                                     "`gap` (q* in its own family), without refinement rows"
-                                     % (what, self.flow_transforms))
-
-    @torch.no_grad()
-    def row_flow(self, indices, args, kwargs):
-        """The flow after the factor of the datapoints ``indices`` of this call with parameters of its own per
-        datapoint (:meth:`~.flows.LocalFlow.row_flow`: each starts as this guide's), or None without a flow."""
-        if self.flow is None:
-            return None
-        return self.flow.row_flow(len(indices), self.flow_context(indices, args, kwargs))
-
-    def push(self, v, indices, args, kwargs):
-        """Values v [..., B, size] of the Gaussian factor through the flow (as they are without one): the
-        plug-in point f(μ_n) and the predictive draws of a flow guide."""
-        return v if self.flow is None else self.flow.push(v, self.flow_context(indices, args, kwargs))[0]
-
     def local_terms(self, indices, args, kwargs, theta):
         """(μ, σ, terms): :meth:`local_factor`'s factor and per-datapoint terms [B] that the family adds to its
         training objective for their gradient alone (iterative amortized inference: every iteration's local
         ELBO), or None (a family's hook; here none)."""
         loc, scale = self.local_factor(indices, args, kwargs, theta)
         return loc, scale, None
-
-    # ---- access for measurement ---------------------------------------------------------------------------
-    @property
-    def can_infer_unseen(self):
-        """Whether the family has a factor for datapoints it was not trained on (not per-datapoint)."""
-        return self.q_z.can_infer_unseen
-
-    @torch.no_grad()
-    def global_mean(self):
-        """The median of q(θ) (its mean in unconstrained space), site → tensor; {} without global sites."""
-        return {} if self.q_theta is None else self.q_theta.median()
-
-    def global_is_point(self):
-        """Whether q(θ) is a point mass (``globals="delta"``, or a module of one's own whose ``is_point()`` says
-        so): every draw is then its median."""
-        own_point = self.globals_kind == "own" and getattr(self.q_theta, "is_point", lambda: False)()
-        return self.globals_kind == "delta" or own_point
-
-    @torch.no_grad()
-    def global_sample(self, generator=None):
-        """One θ ~ q(θ) drawn from ``generator`` (the global stream where None), site → tensor. For
-        ``globals="delta"`` its point estimate."""
-        if self.q_theta is None or self.globals_kind == "delta":
-            return self.global_mean()
-        if self.globals_kind == "own":
-            return self.q_theta.sample(generator)
-        part, draws = self.q_theta, {}
-        for name, site in part.prototype_trace.iter_stochastic_nodes():
-            loc, scale = attrgetter(name)(part.locs), attrgetter(name)(part.scales)  # AutoNormal's PyroParams
-            eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
-            draws[name] = torch.distributions.biject_to(site["fn"].support)(loc + scale * eps)
-        return draws
-
-    @contextlib.contextmanager
-    def scored_as(self, objective):
-        """The guide's draws scored as ``objective`` for the duration (the true ELBO of a ``reference`` run)."""
-        _check_objective(objective, self.q_theta if self.globals_kind == "own" else None)
-        before = self.objective
-        self.objective = objective
-        if hasattr(self.q_theta, "objective"):
-            self.q_theta.objective = objective
-        try:
-            yield self
-        finally:
-            self.objective = before
-            if hasattr(self.q_theta, "objective"):
-                self.q_theta.objective = before
-
-    @contextlib.contextmanager
-    def refinement_draws(self, generator):
-        """Any refinement's z draws from ``generator`` for the duration (an evaluation the same every time)."""
-        before, self.refine_generator = self.refine_generator, generator
-        try:
-            yield self
-        finally:
-            self.refine_generator = before
-
-    def indices_of(self, *args, **kwargs):
-        """This call's datapoints (see :meth:`_indices`) for a call of the model with these arguments."""
-        if self.structure is None:
-            self._setup_prototype(*args, **kwargs)
-        with poutine.block():
-            return self._indices(self._create_plates(*args, **kwargs), args, kwargs)

@@ -98,11 +98,13 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     with pyro.settings.context(module_local_params=True):
         with outside_the_stream(device):
             torch.manual_seed(seed)  # the encoder's initialization
-            own = copy.deepcopy(guide.q_theta) if guide.globals_kind == "own" else None  # scored as an ELBO
+            own = copy.deepcopy(guide.q_theta) if guide.global_kind == "own" else None
+            if hasattr(own, "objective"):  # the package's q(θ): its draws scored by their density (an ELBO)
+                own.objective = "elbo"
             fresh = AutoAmortizedNormal(model, plate=guide.plate, encoder=encoder, encoder_input=encoder_input,
                                         width=width, layers=layers, init_scale=guide.init_scale,
-                                        globals=guide.globals_kind if own is None else own,
-                                        create_plates=guide._user_plates, datapoint_indices=guide.datapoint_indices)
+                                        global_guide=guide.global_kind if own is None else own,
+                                        create_plates=guide._user_plates, local_mask=guide.local_mask)
             with torch.no_grad():
                 fresh(*args, **kwargs)  # reads the model, builds the encoder for its data
         if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient

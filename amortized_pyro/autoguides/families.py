@@ -18,7 +18,7 @@ from pyro.ops.tensor_utils import periodic_repeat
 from torch import nn
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
-from amortized_pyro.autoguides.factors import (FREE_INITS, REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor,
+from amortized_pyro.autoguides.factors import (REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor,
                                                IterativeFactor, SemiAmortizedFactor, mlp)
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.autoguides.masking import MaskedJoint
@@ -36,35 +36,30 @@ def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS):
 
 
 class _FreeFactors(AutoLocalGuide):
-    """The families whose factors are free parameters, and how they start.
-
-    :param str init: ``"prior"`` (μ = 0, σ = ``init_scale``) or ``"random"`` (as the reference studies' code:
-        see :class:`~amortized_pyro.autoguides.factors.FreeFactor`), drawn from a generator seeded with ``seed``.
-    :param int seed: that generator's seed.
-
-    The other parameters are :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s."""
+    """The families whose factors are free parameters, μ_n starting where ``init_loc_fn`` puts them and σ_n at
+    ``init_scale``. Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
 
     per_datapoint = None
 
-    def __init__(self, model, *, init="prior", seed=0, **kwargs):
-        super().__init__(model, **kwargs)
-        if init not in FREE_INITS:
-            raise GuideError("init must be one of %s, got %r" % (", ".join(FREE_INITS), init))
-        self.init, self.seed = init, seed
+    def free_start(self):
+        """(how the free factors start, its seed): ``"prior"`` (μ by init_loc_fn, σ = init_scale) here; a hook for
+        the package's studies, whose code draws them at random (:class:`~.factors.FreeFactor`)."""
+        return "prior", 0
 
     def _setup_local(self, indices, args, kwargs, device):
         rows = self.structure.full_size if self.per_datapoint else None
         init = self.init_locs  # the prototype call's datapoints', by init_loc_fn: [B, size]
         # as Pyro's AutoNormal: a subsampled prototype's values repeated over the plate's full size
         init_loc = periodic_repeat(init, rows, 0) if self.per_datapoint else init.mean(0)
-        self.q_z = FreeFactor(rows, self.structure.size, self.init, self.seed, self.init_scale, device, init_loc)
+        start, seed = self.free_start()
+        self.q_z = FreeFactor(rows, self.structure.size, start, seed, self.init_scale, device, init_loc)
 
 
 class AutoPerDatapointNormal(_FreeFactors):
     """F-VI: free (μ_n, log σ_n) for each of the data plate's N datapoints (its full size), picked out by
     the plate's subsample indices. Only datapoints of the plate it was built on have a factor.
 
-    Takes :class:`_FreeFactors`' parameters."""
+    Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
 
     family, per_datapoint = "per-datapoint", True
 
@@ -79,7 +74,7 @@ class AutoPerDatapointNormal(_FreeFactors):
 class AutoSharedNormal(_FreeFactors):
     """constant-VI: one (μ, log σ) shared by every datapoint.
 
-    Takes :class:`_FreeFactors`' parameters."""
+    Takes :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s parameters."""
 
     family, per_datapoint = "shared", False
 

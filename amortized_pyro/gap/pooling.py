@@ -5,6 +5,9 @@ table row of several training seeds pools them: the mean over seeds of their ima
 error from a random-effects reading of (seed, image) values (:func:`pooled`), and the median and 90th
 percentile over every value, since held-out gaps are heavy-tailed. Reports without per-image values (the
 capacity sweep's older rows) fall back to the standard error over the seeds' means.
+
+Two configurations measured on the same (training seed, image) pairs are compared pair by pair
+(:func:`paired_over_seeds`): the same rule applied to the per-image differences.
 """
 import math
 import statistics
@@ -47,6 +50,45 @@ def gap_over_seeds(group, name):
     """:func:`over_seeds` of the quantity ``name`` (e.g. ``amortization_gap``) of one report per seed."""
     return over_seeds([r.get(name) for r in group], [(r.get("per_image") or {}).get(name) for r in group],
                       [report_images(r) for r in group])
+
+
+def unpaired_because(group, base, names):
+    """Why two configurations' reports (``group`` and ``base``: one per training seed each) cannot be compared
+    pair by pair over (training seed, image), or None where they can: both sides the same training seeds
+    (``seed``), each seed's two reports on the same data (``data_id``, where the caller recorded it) and the same
+    images (:func:`report_images`), with per-image values of every quantity in ``names`` that they summarize."""
+    sides = (group, base)
+    if any(r.get("seed") is None for side in sides for r in side) or any(
+            len({r["seed"] for r in side}) < len(side) for side in sides):
+        return "training seeds not recorded one per report"
+    if {r["seed"] for r in group} != {r["seed"] for r in base}:
+        return "different training seeds"
+    theirs = {r["seed"]: r for r in base}
+    if any(r.get("data_id") != theirs[r["seed"]].get("data_id") for r in group):
+        return "different data"
+    if any(sorted(report_images(r)) != sorted(report_images(theirs[r["seed"]])) for r in group):
+        return "different images"
+    if any(r.get(name) is not None and (r.get("per_image") or {}).get(name) is None
+           for side in sides for r in side for name in names):
+        return "no per-image values"
+    return None
+
+
+def paired_over_seeds(group, base, name):
+    """The quantity ``name`` of ``group`` minus that of ``base``, paired (:func:`unpaired_because` None):
+    d_si = x_si − y_si for training seed s and image i, pooled by :func:`pooled` (each seed its own images:
+    nested; every seed the same: crossed). Its mean is the difference of the two pooled means; its standard
+    error is that of the mean difference, which leaves out what the pairs share (the image's difficulty, the
+    seed's data cut). None where either side lacks the quantity."""
+    theirs = {r["seed"]: r for r in base}
+    if any(r["per_image"].get(name) is None or theirs[r["seed"]]["per_image"].get(name) is None for r in group):
+        return None
+    differences = []
+    for r in group:
+        other = theirs[r["seed"]]
+        by_image = dict(zip(report_images(other), other["per_image"][name]))
+        differences.append([x - by_image[i] for i, x in zip(report_images(r), r["per_image"][name])])
+    return pooled(differences, [report_images(r) for r in group])
 
 
 def refinement_over_seeds(group, steps):

@@ -10,7 +10,6 @@ u = f(v), the local ELBO of the flow factor is the Gaussian factor's local ELBO 
 and so are the importance weights (IWAE) and the AIS path (from N(μ, σ²) to the pulled-back posterior, whose
 normalizer is p(x_n | θ) still). :meth:`RowFlow.pull` makes that log joint for each span of rows.
 """
-import torch
 from torch.func import vmap
 
 

@@ -11,14 +11,15 @@ q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the mo
         shared          one μ, σ for every n           (constant-VI)
 
 q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.QThetaNormal`, flat vectors for
-speed); the warm-up's ``kl_scale`` is their ``annealing``; the studies' objective their ``objective``;
-``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
+speed); the warm-up's ``kl_scale``, the studies' objective and the free factors' random start are what
+:class:`StudyGuide` adds to the builders; ``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
 per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
 studies' code starts them (``qz_init="random"``), drawn from a generator seeded with the run's seed. The
 encoder (``encoder_layers`` hidden layers of width k) starts with PyTorch's default Linear initialisation,
 from the global stream. A guide's ``state_dict`` holds all its parameters (``q_theta.loc``,
 ``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or ``q_z.encoder.*``).
 """
+import contextlib
 import re
 from collections import namedtuple
 from functools import partial
@@ -26,10 +27,12 @@ from functools import partial
 import torch
 
 import pyro
+from pyro import poutine
 
-from amortized_pyro.autoguides.factors import ENCODERS
+from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS
 from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
                                                 AutoSemiAmortizedNormal, AutoSharedNormal)
+from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.decoder import data_plate
 from amortized_pyro.models.networks import LEAKY_SLOPE
@@ -90,27 +93,75 @@ def display_order(name):
     return (labels.index(family), int(width or 0), int(steps or 0), rest)
 
 
-# The builders with their parameters in the module whatever Pyro's global setting (a run's state is its guide's
-# state_dict; two guides never share a parameter): with module_local_params off, Pyro puts a PyroModule's
-# submodules into its global param store.
-class AmortizedGuide(LocalModule, AutoAmortizedNormal):
-    """:class:`~amortized_pyro.autoguides.AutoAmortizedNormal`, module-local."""
+class StudyGuide(LocalModule):
+    """What the package's guides add to a builder of :mod:`amortized_pyro.autoguides` on the package's model, whose
+    arguments are (x, idx, kl_scale, x_all); first in the bases (before the builder), module-local
+    (:class:`~amortized_pyro.models.modules.LocalModule`: a run's state is its guide's ``state_dict`` whatever Pyro's
+    global setting; two guides never share a parameter):
+
+    :param str objective: ``"elbo"``, or ``"reference"``: q's draws scored as the studies' code scores them
+        (standard deviations as variances, :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`; not
+        an ELBO), q(θ)'s too; :meth:`scored_as` scores them otherwise for a while (the true ELBO of such a run).
+    :param str qz_init: the free factors' start, ``"prior"`` or ``"random"`` (the studies' code), and ``seed`` its
+        generator's seed.
+    :param bool minibatch_indices: the call's datapoints are its ``idx`` argument (seeds packed as replicas: one
+        minibatch per replica, [R, B], where the plate holds their positions); else the plate's indices.
+
+    The warm-up's ``kl_scale`` (β) scales every latent site the guide draws (``poutine.scale``), as the model
+    scales its own: the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p)."""
+
+    def __init__(self, model, *, objective="elbo", qz_init="prior", seed=0, minibatch_indices=True, **kwargs):
+        if objective not in OBJECTIVES or qz_init not in FREE_INITS or (objective != "elbo" and kwargs.get("flow")):
+            raise AmortizedPyroError("objective must be one of %s (a flow takes the ELBO) and qz_init one of %s; got "
+                                     "%r and %r" % (", ".join(OBJECTIVES), ", ".join(FREE_INITS), objective, qz_init))
+        super().__init__(model, **kwargs)
+        self.qz_init, self.qz_seed, self.minibatch_indices = qz_init, seed, minibatch_indices
+        self.objective = objective
+        self.q_theta.objective = objective
+
+    def forward(self, *args, **kwargs):
+        beta = _warmup_scale(*args, **kwargs)
+        with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
+            return super().forward(*args, **kwargs)
+
+    def local_normal(self):
+        return q_normal(self.objective)
+
+    def _indices(self, plates, args, kwargs):
+        return _minibatch(*args, **kwargs) if self.minibatch_indices else super()._indices(plates, args, kwargs)
+
+    def free_start(self):
+        return self.qz_init, self.qz_seed
+
+    @contextlib.contextmanager
+    def scored_as(self, objective):
+        """The guide's draws, q(θ)'s and q(z)'s, scored as ``objective`` for the duration."""
+        before = self.objective
+        self.objective = self.q_theta.objective = objective
+        try:
+            yield self
+        finally:
+            self.objective = self.q_theta.objective = before
 
 
-class SemiAmortizedGuide(LocalModule, AutoSemiAmortizedNormal):
-    """:class:`~amortized_pyro.autoguides.AutoSemiAmortizedNormal`, module-local."""
+class AmortizedGuide(StudyGuide, AutoAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoAmortizedNormal` on the package's model."""
 
 
-class IterativeGuide(LocalModule, AutoIterativeAmortizedNormal):
-    """:class:`~amortized_pyro.autoguides.AutoIterativeAmortizedNormal`, module-local."""
+class SemiAmortizedGuide(StudyGuide, AutoSemiAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSemiAmortizedNormal` on the package's model."""
 
 
-class PerDatapointGuide(LocalModule, AutoPerDatapointNormal):
-    """:class:`~amortized_pyro.autoguides.AutoPerDatapointNormal`, module-local."""
+class IterativeGuide(StudyGuide, AutoIterativeAmortizedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoIterativeAmortizedNormal` on the package's model."""
 
 
-class SharedGuide(LocalModule, AutoSharedNormal):
-    """:class:`~amortized_pyro.autoguides.AutoSharedNormal`, module-local."""
+class PerDatapointGuide(StudyGuide, AutoPerDatapointNormal):
+    """:class:`~amortized_pyro.autoguides.AutoPerDatapointNormal` on the package's model."""
+
+
+class SharedGuide(StudyGuide, AutoSharedNormal):
+    """:class:`~amortized_pyro.autoguides.AutoSharedNormal` on the package's model."""
 
 
 BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, IterativeGuide, PerDatapointGuide,
@@ -163,15 +214,12 @@ def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_la
     every = model.local_terms == "all"
     point = model.decoder_prior == "none"  # no prior on θ: a point estimate (init_scale unused)
     q_theta = QThetaPoint(model.shapes) if point else QThetaNormal(model.shapes, init_scale)
-    options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective,
-                   globals=q_theta, annealing=_warmup_scale,
+    options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective, global_guide=q_theta,
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
-                   datapoint_indices=None if every else _minibatch)
+                   minibatch_indices=not every, qz_init=qz_init, seed=seed)
     if FAMILIES[family].encoder:
         options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope),
                        encoder_input=_every_image if every else _minibatch_images)
-    else:
-        options.update(init=qz_init, seed=seed)
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
         options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint,

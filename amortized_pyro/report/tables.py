@@ -25,12 +25,25 @@ def plus_minus(value, fmt="%.1f"):
     return fmt % mean if math.isnan(stderr) else "%s ± %s" % (fmt % mean, fmt.replace("+", "") % stderr)
 
 
-def hit_cap(report):
-    """Whether some image's q* (or q*_m) stopped at the step cap rather than by the rule (there its gaps are
-    lower bounds); reports of earlier versions, with one rule for all images, by their step count."""
+def capped_q_star(report):
+    """Whether some image's q* stopped at its step cap rather than by the rule (``capped``: how many images): there
+    L(q*) and the amortization gap are lower bounds and the coupling gap may read high; reports of earlier
+    versions, with one rule for all images and no count, by their step count."""
     if "capped" in report:
-        return report["hit_cap"]
+        return report["capped"] > 0
     return report["optimizer_steps"] >= report["settings"]["max_steps"]
+
+
+def capped_q_m(report):
+    """Whether some (image, θ) pair's q*_m stopped at its step cap rather than by the rule (``capped_per_theta``:
+    how many pairs): there the coupling gap may read low and the approximation gap high. Reports without the
+    count had no q*_m of their own."""
+    return report.get("capped_per_theta", 0) > 0
+
+
+def hit_cap(report):
+    """Whether some q* or q*_m stopped at its step cap (:func:`capped_q_star`, :func:`capped_q_m`)."""
+    return capped_q_star(report) or capped_q_m(report)
 
 
 def theta_count(report):
@@ -94,53 +107,85 @@ def format_gap(report):
             lines.append("log p(x) estimators: IWAE − AIS = %.3f ± %.3f nats/image: %s (both are lower bounds; "
                          "the larger is the better)" % (d["mean"], d["stderr"], "they agree within 3 s.e." if agree
                                                        else "they DISAGREE beyond 3 s.e."))
-    elif hit_cap(report):
+    elif capped_q_star(report):
         lines.append("q* stopped at its cap of %d steps, not by the stopping rule: L(q*) and the amortization gap "
                      "are lower bounds" % report["settings"]["max_steps"])
     return "\n".join(lines)
+
+
+def ordered(groups):
+    """:func:`~amortized_pyro.gap.pooling.seed_groups`' items in display order, train before test."""
+    return sorted(groups.items(), key=lambda item: (display_order(item[0][0]), item[0][1] != "train"))
+
+
+# The two caps a row can carry: its mark, which optimization stopped at its step cap, the report's count of them,
+# what the count counts (of how many, per report), and what that does to the row's gaps (amortized_pyro.local.gaps)
+CAPS = (("†", capped_q_star, "q*", "capped", "images", lambda r: r["n_images"],
+         "there L(q*) and the amortization gap are lower bounds, and the coupling gap, measured from q*, may read "
+         "high"),
+        ("‡", capped_q_m, "q*_m", "capped_per_theta", "(image, θ) pairs",
+         lambda r: r["n_images"] * theta_count(r) if r.get("coupling", True) else 0,
+         "there the coupling gap may read low and the approximation gap high"))
+
+
+def cap_count(reports, capped, field, total, unit):
+    """"k of n ``unit``": how many of the reports' images (or pairs) their ``field`` counts capped, of ``total``'s;
+    with the reports of an earlier version that ``capped`` finds capped but that record no count."""
+    uncounted = sum(capped(r) and field not in r for r in reports)
+    return "%d of %d %s%s" % (sum(r.get(field, 0) for r in reports), sum(map(total, reports)), unit, "" if not uncounted
+                              else ", and %d report%s of an earlier version that did not count them"
+                              % (uncounted, "s" * (uncounted > 1)))
+
+
+def cap_notes(groups):
+    """The notes to :func:`format_reports`' marks, one per kind of cap (:data:`CAPS`: † a capped q*, on the
+    amortization gap; ‡ a capped q*_m, on the coupling and approximation gaps), each with its counts over the
+    table and per marked row (:func:`cap_count`)."""
+    lines, reports = [], [r for group in groups.values() for r in group]
+    for mark, capped, what, field, unit, total, effect in CAPS:
+        rows = [(key, group) for key, group in ordered(groups) if any(capped(r) for r in group)]
+        if rows:
+            lines.append("\n%s %d of %d rows hold %s optimizations stopped at their step cap, not by the stopping "
+                         "rule (%s capped for %s; per row: %s): %s." % (
+                             mark, len(rows), len(groups), what, what, cap_count(reports, capped, field, total, unit),
+                             "; ".join("%s %s %s" % (label, split, cap_count(group, capped, field, total, unit))
+                                       for (label, split), group in rows), effect))
+    return lines
 
 
 def format_reports(reports):
     """Gap reports as one Markdown table, a row per configuration and split, nats per image: with one
     training seed, mean ± standard error over its images; with several, the mean over seeds of the image
     means ± the standard error over seeds and images together (:func:`~amortized_pyro.gap.pooling.pooled`);
-    the amortization gap's median and 90th percentile beside it."""
+    the amortization gap's median and 90th percentile beside it; † on the amortization gap where some q*
+    stopped at its step cap, ‡ on the coupling and approximation gaps where some q*_m did (:func:`cap_notes`)."""
     lines = ["| configuration | split | seeds | images | L(guide) | L(q*) | log p(x) IWAE | log p(x) AIS "
              "| amortization gap | its median / 90th percentile | coupling gap | approximation gap "
              "| gap left after %s refinement steps | plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)),
              "|---" * 14 + "|"]
     groups = seed_groups(reports)
-    capped = 0
-    for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]), item[0][1] != "train")):
-        mark = " †" if any(hit_cap(r) for r in group) else ""
-        capped += bool(mark)
+    for (label, split), group in ordered(groups):
+        q_star, q_m = (" " + mark if any(capped(r) for r in group) else "" for mark, capped, *_ in CAPS)
         row = {name: gap_over_seeds(group, name) for name in GAP_QUANTITIES}
         refined = {k: refinement_over_seeds(group, k) for k in REFINE_COLUMNS}
         amortization = row["amortization_gap"]
         tail = "%.1f / %.1f" % (amortization["median"], amortization["q90"]) if amortization and "median" in amortization \
             else "n/a"
-        lines.append("| %s | %s | %d | %s | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %.4f |" % (
+        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s%s | %s | %s%s | %s%s | %s | %.4f |" % (
             label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), plus_minus(row["elbo_guide"]),
-            plus_minus(row["elbo_optimized"]), mark, plus_minus(row["log_px"]), plus_minus(row["log_px_ais"]), plus_minus(amortization), tail,
-            plus_minus(row["coupling_gap"]), plus_minus(row["approximation_gap"]), " / ".join(plus_minus(refined[k]) for k in REFINE_COLUMNS),
+            plus_minus(row["elbo_optimized"]), plus_minus(row["log_px"]), plus_minus(row["log_px_ais"]),
+            plus_minus(amortization), q_star, tail, plus_minus(row["coupling_gap"]), q_m,
+            plus_minus(row["approximation_gap"]), q_m, " / ".join(plus_minus(refined[k]) for k in REFINE_COLUMNS),
             sum(r["optimized_plugin_mse"] for r in group) / len(group)))
     flows = [(label, split, gap_over_seeds(group, "elbo_optimized_gaussian"), gap_over_seeds(group, "flow_gain"))
-             for (label, split), group in sorted(groups.items(), key=lambda item: (display_order(item[0][0]),
-                                                                                    item[0][1] != "train"))
-             if any(r.get("q_family") == "flow" for r in group)]
+             for (label, split), group in ordered(groups) if any(r.get("q_family") == "flow" for r in group)]
     if flows:
         lines.append("\nA flow guide's q* and q*_m are the best members of its flow family per image; beside them the "
                      "best Gaussian factor (L(q*_Gaussian)) and the flow family's rise above it (flow gain = L(q*) − "
                      "L(q*_Gaussian)):\n\n| configuration | split | L(q*_Gaussian) | flow gain |\n|---|---|---|---|")
         lines += ["| %s | %s | %s | %s |" % (label, split, plus_minus(best), plus_minus(gain))
                   for label, split, best, gain in flows]
-    if capped:
-        images = sum(r["n_images"] for r in reports)
-        pairs = sum(r["n_images"] * r["settings"].get("theta_draws", 1) for r in reports)
-        lines.append("\n† %d of %d rows hold q* optimizations stopped at their step cap, not by the stopping rule: "
-                     "there L(q*) and the amortization gap are lower bounds (q* capped for %d of %d images, q*_m for "
-                     "%d of %d (image, θ) pairs)." % (capped, len(groups), sum(r.get("capped", 0) for r in reports),
-                                                     images, sum(r.get("capped_per_theta", 0) for r in reports), pairs))
+    lines += cap_notes(groups)
     text = spread([len(group) for group in groups.values()], "± is the standard error over seeds and images "
                   "together (a random-effects reading: images nested in seeds where each seed had its own images, "
                   "crossed where all had the same; amortized_pyro.gap.pooling)", "± is the standard error over the "
