@@ -96,7 +96,10 @@ class Measured:
             return self.q_theta.sample(generator)
         part, draws = self.q_theta, {}
         for name, site in part.prototype_trace.iter_stochastic_nodes():
-            loc, scale = attrgetter(name)(part.locs), attrgetter(name)(part.scales)  # AutoNormal's PyroParams
+            # AutoNormal keeps each site's parameters as the PyroModules ``locs`` and ``scales`` (its documented
+            # attributes; its _get_loc_and_scale reads them so): tests/test_autoguide_contract.py's test_init_scale
+            # and tests/test_autoguides.py's draws fail loudly where Pyro changes that
+            loc, scale = attrgetter(name)(part.locs), attrgetter(name)(part.scales)
             eps = torch.randn(loc.shape, generator=generator, device=loc.device, dtype=loc.dtype)
             draws[name] = torch.distributions.biject_to(site["fn"].support)(loc + scale * eps)
         return draws
