@@ -87,7 +87,7 @@ class HandwrittenStep:
 def pyro_step(method, guide_name, cfg, x_dim, lr, device):
     """A step function of the package's model and guide, with Pyro's stock estimator or the package's."""
     model = BayesianDecoderModel(cfg["n_obs"], x_dim, cfg["z_dim"], cfg["hidden"]).to(device)
-    guide = make_guide(guide_name, model, cfg["width"]).to(device)
+    guide = make_guide(guide_name, model, width=cfg["width"]).to(device)
     elbo = (Trace_ELBO() if method == "trace-elbo" else make_elbo())(model, guide)
     optimizer = make_optimizer(guide, lr)
 

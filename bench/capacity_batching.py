@@ -28,7 +28,7 @@ def main():
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
     model, q_theta, x = result.model, result.guide.q_theta, data.train
     torch.manual_seed(0)
-    factor = make_guide("amortized", model, args.width).q_z
+    factor = make_guide("amortized", model, width=args.width).q_z
     optimizer = torch.optim.Adam(factor.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(0)
 

@@ -53,7 +53,7 @@ def time_step(point):
     x_all = images.repeat(-(-n // len(images)), 1)[:n]
     pyro.set_rng_seed(0)
     model = BayesianDecoderModel(n, x_all.shape[1], point["z_dim"], point["hidden"])
-    guide = make_guide(point["guide"], model, point["width"])
+    guide = make_guide(point["guide"], model, width=point["width"])
     elbo = make_elbo(point["particles"])(model, guide)
     optimizer = make_optimizer(guide, 1e-3)
     batches = []

@@ -33,7 +33,7 @@ def main():
         pyro.set_rng_seed(0)
         x_all = torch.rand(n, 784, device=device)
         model = BayesianDecoderModel(n, 784, z_dim, hidden).to(device)
-        guide = make_guide("amortized", model, width).to(device)
+        guide = make_guide("amortized", model, width=width).to(device)
         eager = make_elbo()(model, guide)
         compiled = torch.compile(eager)
         optimizer = make_optimizer(guide)

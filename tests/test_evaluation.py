@@ -23,7 +23,7 @@ def decoder_numpy(z, theta):
 def setting():
     torch.manual_seed(0)
     model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN)
-    guide = make_guide("amortized", model, 4)
+    guide = make_guide("amortized", model, width=4)
     with torch.no_grad():  # q(θ) away from its initialisation, so that every weight matters
         for name, value in guide.q_theta.named_parameters():
             value.copy_(0.5 * torch.randn(value.shape) + (-1.0 if "scale" in name else 0.0))

@@ -38,7 +38,7 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed, targe
     generator = torch.Generator(x.device).manual_seed(seed)
     with outside_the_stream(x.device):
         torch.manual_seed(seed)  # the encoder's initialisation
-        guide = make_guide("amortized", model, width, encoder_layers=layers, encoder_slope=slope).to(x.device)
+        guide = make_guide("amortized", model, width=width, encoder_layers=layers, encoder_slope=slope).to(x.device)
     guide.q_theta.load_state_dict(q_theta.state_dict())
     factor = guide.q_z
     optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(factor.named_parameters()))

@@ -1,7 +1,7 @@
 """Variational families q(θ) q(z_{1..N}) of the package's model: one shared mean-field q(θ), four families for
 q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the model.
 
-    q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias (posterior.py)
+    q(θ)   = Π_j Normal(θ_j | m_j, s_j)                  every decoder weight and bias (q_theta.py)
     q(z_n) = Normal(z_n | μ_n, diag σ_n²), with (μ_n, σ_n) =
         amortized       encoder_φ(x_n)                 (A-VI, an MLP of width k)
         semi-amortized  encoder_φ(x_n), refined        (SA-VI, Kim et al. 2018)
@@ -194,7 +194,7 @@ def _every_image(x, idx, kl_scale=None, x_all=None):
     return x if x_all is None else x_all  # x: a measurement's images (see :func:`factor`)
 
 
-def make_guide(family, model, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
+def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
                refine_grad="straight-through", encoder="mlp", refine_optimizer="adam", iterations=5, flow=0):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
