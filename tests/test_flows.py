@@ -54,7 +54,7 @@ def built(name, *call, **kwargs):
 def perturbed(guide, flow_only=False):
     with torch.no_grad():
         for name, p in guide.named_parameters():
-            if not flow_only or name.startswith("flow."):
+            if not flow_only or name.startswith("local_flow."):
                 p.add_(0.3 * torch.randn_like(p))
     return guide
 
@@ -95,8 +95,8 @@ def test_flow_elbo_equals_handwritten_on_the_same_draw(global_param_store):
         loc, scale = guide.local_factor(idx, (x, idx), {}, {"w": w})
         context = guide.flow_context(idx, (x, idx), {})
         v = loc + scale * torch.randn(loc.shape, generator=torch.Generator().manual_seed(2))
-        u = guide.flow.push(v, context)[0]
-    jacobians = [torch.autograd.functional.jacobian(lambda row: guide.flow.push(row, context[n])[0], v[n])
+        u = guide.local_flow.push(v, context)[0]
+    jacobians = [torch.autograd.functional.jacobian(lambda row: guide.local_flow.push(row, context[n])[0], v[n])
                  for n in range(B)]
     log_det = torch.stack([torch.linalg.slogdet(j)[1] for j in jacobians])
     z, log_s = u[:, :2], u[:, 2]  # the flat layout: z's block, then s's (unconstrained: log s)
@@ -143,7 +143,7 @@ def test_gap_flow_factors_score_as_the_module_and_rows_are_independent(global_pa
         by_hand = []
         for m, generator in enumerate(draws.generators()):
             eps = torch.randn((5, N, 3), generator=generator)
-            u, log_det = guide.flow.push(loc + scale * eps, context)
+            u, log_det = guide.local_flow.push(loc + scale * eps, context)
             values = {k: v[m:m + 1] for k, v in draws.values.items()}
             w = joint(x, u[None], values)[0] + log_det - normal_log_density(eps, scale.log())
             by_hand.append(w.mean(0))
@@ -220,7 +220,7 @@ def test_q_star_in_the_flow_family_is_no_worse_than_the_best_gaussian_from_a_bad
     guide(x)
     with torch.no_grad():
         for name, p in guide.named_parameters():
-            if name.startswith("flow."):
+            if name.startswith("local_flow."):
                 p.add_(1.5 * torch.randn_like(p))
     settings = GapSettings(importance_samples=50, samples=100, max_steps=100, window=20, ais_steps=0, theta="mean")
     report = measure_gap(linear, guide, x, settings=settings)

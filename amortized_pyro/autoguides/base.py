@@ -100,7 +100,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         self.structure, self.recipe, self.init_locs = None, None, None
         self.q_theta = global_guide if own else None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
-        self.flow_transforms, self.flow_width, self.flow = flow, flow_width, None
+        self.flow_transforms, self.flow_width, self.local_flow = flow, flow_width, None
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
@@ -140,7 +140,7 @@ class AutoLocalGuide(Measured, AutoGuide):
                 raise GuideError("a flow needs local latents of 2 or more dimensions (here %d): on one, an "
                                  "affine flow is a Gaussian again" % self.structure.size)
             with outside_the_stream():  # leaves the stream as the Gaussian guide leaves it: one starts as the other
-                self.flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
+                self.local_flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
                                       self.flow_width).to(self._device(full))
 
     def __getstate__(self):
@@ -220,9 +220,9 @@ class AutoLocalGuide(Measured, AutoGuide):
         locs, scales = self.structure.split(loc), self.structure.split(scale)
         masks = self.site_masks(args, kwargs, loc.shape[-2])
         with plates[self.plate]:
-            if self.flow is not None:
+            if self.local_flow is not None:
                 result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
-            for site in self.structure.locals if self.flow is None else ():
+            for site in self.structure.locals if self.local_flow is None else ():
                 base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
@@ -252,7 +252,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
         latent vector): each site a Delta at its block of u_n, mapped to its support, carrying the log-Jacobian
         of that map as its density, so that the sites' log q add up to q(z_n)'s."""
-        u = pyro.sample(LOCAL_FLOW, self.flow.distribution(loc, scale, context), infer={"is_auxiliary": True})
+        u = pyro.sample(LOCAL_FLOW, self.local_flow.distribution(loc, scale, context), infer={"is_auxiliary": True})
         values, draws = self.structure.split(u), {}
         for site in self.structure.locals:
             value, event_dim = values[site.name], len(site.unconstrained_shape)

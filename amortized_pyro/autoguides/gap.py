@@ -43,7 +43,7 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
-    if guide.flow is not None and refine_steps:
+    if guide.local_flow is not None and refine_steps:
         guide.check_gaussian("refinement")
     indices = guide.indices_of(*args, **kwargs)
     device = next(guide.parameters()).device

@@ -39,7 +39,7 @@ def _constrained(structure, u):
 def local_median(guide, args, kwargs):
     """site → the median of q(z_n) for the datapoints of the call, [B, 1…, *event]."""
     indices, loc, scale = _factor(guide, args, kwargs)
-    if guide.flow is not None:
+    if guide.local_flow is not None:
         loc = _flow_draws(guide, indices, loc, scale, args, kwargs).quantile(0.5, dim=0)
     return _constrained(guide.structure, loc)
 
@@ -49,7 +49,7 @@ def local_quantiles(guide, quantiles, args, kwargs):
     """site → the quantiles ``quantiles`` of q(z_n) for the datapoints of the call, [len(quantiles), B, 1…, *event]."""
     indices, loc, scale = _factor(guide, args, kwargs)
     qs = torch.as_tensor(quantiles, dtype=loc.dtype, device=loc.device)
-    if guide.flow is not None:
+    if guide.local_flow is not None:
         values = _flow_draws(guide, indices, loc, scale, args, kwargs).quantile(qs, dim=0)
     else:
         values = dist.Normal(loc, scale).icdf(qs.reshape(-1, 1, 1))

@@ -52,7 +52,7 @@ class Measured:
 
     def check_gaussian(self, what):
         """Refuse ``what`` in one line for a flow guide (something that takes a Gaussian factor)."""
-        if self.flow is not None:
+        if self.local_flow is not None:
             raise GuideError("%s takes a Gaussian q(z_n); this guide has a flow (flow=%d): measure it with "
                                      "`gap` (q* in its own family), without refinement rows"
                                      % (what, self.flow_transforms))
@@ -61,14 +61,14 @@ class Measured:
     def row_flow(self, indices, args, kwargs):
         """The flow after the factor of the datapoints ``indices`` of this call with parameters of its own per
         datapoint (:meth:`~.flows.LocalFlow.row_flow`: each starts as this guide's), or None without a flow."""
-        if self.flow is None:
+        if self.local_flow is None:
             return None
-        return self.flow.row_flow(len(indices), self.flow_context(indices, args, kwargs))
+        return self.local_flow.row_flow(len(indices), self.flow_context(indices, args, kwargs))
 
     def push(self, v, indices, args, kwargs):
         """Values v [..., B, size] of the Gaussian factor through the flow (as they are without one): the
         plug-in point f(μ_n) and the predictive draws of a flow guide."""
-        return v if self.flow is None else self.flow.push(v, self.flow_context(indices, args, kwargs))[0]
+        return v if self.local_flow is None else self.local_flow.push(v, self.flow_context(indices, args, kwargs))[0]
 
     @property
     def can_infer_unseen(self):

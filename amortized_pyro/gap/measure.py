@@ -40,7 +40,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
     rows = torch.arange(x.shape[0], device=x.device) if idx is None else idx
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
-                                   () if guide.flow is not None else refine_steps, progress, compact=True,
+                                   () if guide.local_flow is not None else refine_steps, progress, compact=True,
                                    coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}),
                                    select=select)
     with torch.no_grad():
