@@ -26,7 +26,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError, GuideError
 
 DRAWS = ("auto", "stacked", "one-at-a-time")
 _UNSAFE = {}  # id(structure) → (a weak reference to it, the models whose stacked call failed with it)
@@ -37,9 +37,9 @@ class NotBroadcastSafe(UserWarning):
 
 
 def check_draws(draws):
-    """``draws`` if it is one of :data:`DRAWS`; else one line of :class:`AmortizedPyroError`."""
+    """``draws`` if it is one of :data:`DRAWS`; else one line of :class:`~amortized_pyro.errors.GuideError`."""
     if draws not in DRAWS:
-        raise AmortizedPyroError("draws must be one of %s; got %r" % (", ".join(map(repr, DRAWS)), draws))
+        raise GuideError("draws must be one of %s; got %r" % (", ".join(map(repr, DRAWS)), draws))
     return draws
 
 
@@ -77,7 +77,7 @@ class LocalJoint:
 
     def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto"):
         if structure.stray_observations:
-            raise AmortizedPyroError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
+            raise GuideError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
                                      "joint cannot be read off the trace (give the log joint by hand)"
                                      % (", ".join(map(repr, structure.stray_observations)), structure.plate))
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
@@ -135,11 +135,11 @@ class LocalJoint:
 
     def _particles(self, name, value, draws):
         """Whether a global value (not ``stacked``) carries a leading particle dimension; one line of
-        :class:`AmortizedPyroError` where its size is neither 1 nor ``draws``."""
+        :class:`~amortized_pyro.errors.GuideError` where its size is neither 1 nor ``draws``."""
         batch_dims = value.dim() - self.structure.globals[name]
         if batch_dims > self.structure.max_plate_nesting:
             if value.shape[0] not in (1, draws):
-                raise AmortizedPyroError("the global site %r carries %d particles against %d local draws: refine or "
+                raise GuideError("the global site %r carries %d particles against %d local draws: refine or "
                                          "measure one θ at a time" % (name, value.shape[0], draws))
             return True
         return False
