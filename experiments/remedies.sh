@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The chapter's remedies side by side (issue 31): A-VI k = 64; SA-VI r = 5 and 20 (Adam, straight-through) and
-# r = 5 with Kim et al.'s inner loop (SGD with momentum on clipped gradients, η = 0.03 from bench/refine_sweep.py);
+# r = 5 with Kim et al.'s inner loop (SGD with momentum on clipped gradients, η = 0.03 from bench/archive/refine_sweep.py);
 # iterative amortized inference T = 5; A-VI with a flow of K = 2 and 4 transforms; F-VI and F-VI with a flow (K = 2);
 # seeds 0, 1, 2, on the INFORMATIVE preset at N = 8,000 training and 2,000 test images cut from MNIST_IDX_FOLDER
 # (e.g. ../shared/data/mnist), 157 epochs of B = 250 (5,024 steps: the informative study's budget, not a

@@ -1,8 +1,10 @@
-"""The registry of experiments/: every study (one script experiments/NAME.sh, its report, what it needs from
-the others), read by the driver experiments/study.py."""
+"""The registry of experiments/: every study (one script experiments/NAME.sh, or experiments/archive/NAME.sh for a
+study run once whose report is kept, its report, what it needs from the others), read by the driver
+experiments/study.py."""
 from study_steps import Command, Copy, Glob, Mirror, Need, Study, plot
 
 SEEDS = (0, 1, 2)
+ARCHIVE = "experiments/archive"  # the scripts of studies run once (one-time validations), kept to redo their reports
 INFORMATIVE = "runs/informative/runs/mnist-sample"  # the informative study's run directories
 
 
@@ -20,7 +22,7 @@ CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with
     (GAP_VS_N % 8000, "n8000-A-VI_k_64-seed0-test-20000"),
     (INFORMATIVE + "/F-VI-seed0", "informative-F-VI-seed0-test-20000"),
 )
-REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # reference-cpu.sh's four studies
+REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # archive/reference-cpu.sh's four studies
 ORIGINAL_RUNS = tuple("end-original-%s" % run for run in (  # experiments/studies-end.sh's original study (issue 48)
     "reference-per-datapoint", "reference-amortized", "reference-amortized-k1", "reference-shared", "elbo-amortized",
     "elbo-per-datapoint", "elbo-shared"))
@@ -56,7 +58,7 @@ STUDIES = {study.name: study for study in (
     Study("informative-ablation", "the informative preset with settings put back to the studies' values",
           "figures/informative-ablation", "figures/informative-ablation",
           lambda ctx: [plot(f) for f in ctx.folders("figures/informative-ablation/*/results.jsonl")],
-          ("figures/informative-ablation/*/results.jsonl",), script_reports=True),
+          ("figures/informative-ablation/*/results.jsonl",), script_reports=True, script_folder=ARCHIVE),
     Study("sa-vi", "A-VI against SA-VI (5 steps straight-through and unrolled, 20 steps), with gaps",
           "figures/sa-vi", "runs/sa-vi-*",
           lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/sa-vi-5", "runs/sa-vi-5-unrolled",
@@ -111,7 +113,7 @@ STUDIES = {study.name: study for study in (
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",
-          lambda ctx: [Command(("python", "experiments/cap_check.py", ctx.one(run) + "/gap-test.json",
+          lambda ctx: [Command(("python", ARCHIVE + "/cap_check.py", ctx.one(run) + "/gap-test.json",
                                 "runs/cap-check/%s.json" % name), stdout="figures/cap-check/%s.md" % name)
                        for run, name in CAP_CHECK],
           tuple("runs/cap-check/%s.json" % name for _, name in CAP_CHECK)
@@ -119,7 +121,8 @@ STUDIES = {study.name: study for study in (
           needs=(Need("sa-vi", (CAP_CHECK[0][0] + "/gap-test.json",), "the A-VI k = 64 seed 0 run's test gap report"),
                  Need("gap-vs-n", (CAP_CHECK[1][0] + "/gap-test.json",),
                       "the N = 8,000 A-VI k = 64 seed 0 run's test gap report"),
-                 Need("informative", (CAP_CHECK[2][0] + "/gap-test.json",), "the F-VI seed 0 run's test gap report"))),
+                 Need("informative", (CAP_CHECK[2][0] + "/gap-test.json",), "the F-VI seed 0 run's test gap report")),
+          script_folder=ARCHIVE),
     Study("plateau", "when A-VI and F-VI leave the mean image, both objectives, 3 seeds", "figures/plateau",
           "runs/plateau-*",
           lambda ctx: [Command(("python", "experiments/plateau_report.py", Glob("runs/plateau-*/results.jsonl", True),
@@ -139,7 +142,5 @@ STUDIES = {study.name: study for study in (
           "figures/*-study-cpu", "figures/*-study-cpu",
           lambda ctx: [plot(f) for f in ctx.folders("figures/*-study-cpu/results.jsonl")],
           ("figures/*-study-cpu/results.jsonl",), data=True, script_reports=True,
-          args=lambda ctx: [(study, ctx.data) for study in REFERENCE_CPU]),
-    compare_study("mnist", "the reference grid at the reference study's scale on MNIST (a GPU)"),
-    compare_study("fashion-mnist", "the same on FashionMNIST (a GPU)"),
+          args=lambda ctx: [(study, ctx.data) for study in REFERENCE_CPU], script_folder=ARCHIVE),
 )}

@@ -7,7 +7,7 @@
     python experiments/study.py NAME --dry-run          print the commands, in order, and run none
 
 A study (STUDIES, declared in experiments/studies.py from the parts of experiments/study_steps.py) is one
-script, experiments/NAME.sh (its runs: resumable, the same command goes on where it stopped), and one report step that writes its folder under figures/ (where the script draws its figures itself,
+script, experiments/NAME.sh or, for a study run once, experiments/archive/NAME.sh (its runs: resumable, the same command goes on where it stopped), and one report step that writes its folder under figures/ (where the script draws its figures itself,
 compare's, or ends with --report-only, the driver does not run the report again). Before the script runs, every
 file the study reads from another study must be there (a finished run's summary.json, a gap report): where one
 is missing the driver says so in one line and exits 2 naming the command to run, or, with --with-needs, runs that

@@ -162,7 +162,8 @@ class Study:
     data: bool = False  # the script's first argument is an MNIST IDX folder
     script_reports: bool = False  # the script itself ends with the report (compare's figures, or a call of --report-only)
     args: Callable = lambda ctx: [()]  # Context → the script's arguments, one tuple per invocation
+    script_folder: str = "experiments"  # where its script lies (experiments/archive: a study run once, its report kept)
 
     @property
     def script(self):
-        return "experiments/%s.sh" % self.name
+        return "%s/%s.sh" % (self.script_folder, self.name)

@@ -1,5 +1,7 @@
-"""Every bench script still imports what it uses and parses its options (a smoke test: the benchmarks
-themselves run by hand, their results in BENCHMARKS.md), and the interleaved bench's summary reads its log."""
+"""Every bench script, the recurring ones in bench/ and the answered-once probes in bench/archive/, still imports
+what it uses and parses its options (a smoke test: the benchmarks themselves run by hand, their results in
+BENCHMARKS.md), and the interleaved bench's summary reads its log."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -7,15 +9,40 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if p.name != "summarize_interleaved.py")
+SCRIPTS = sorted(str(p.relative_to(BENCH)) for p in [*BENCH.glob("*.py"), *BENCH.glob("archive/*.py")]
+                 if p.name != "summarize_interleaved.py")
+
+
+def test_the_recurring_benches_and_the_archived_probes_are_both_there():
+    assert "bench_step.py" in SCRIPTS and any(s.startswith("archive/") for s in SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_bench_script_starts(script):
-    done = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True)
+    """Started as the docs say, from the repository root: python bench/[archive/]NAME.py."""
+    done = subprocess.run([sys.executable, str(Path("bench") / script), "--help"], capture_output=True, text=True,
+                          cwd=BENCH.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     if "__main__" in (BENCH / script).read_text():  # a script, not a module the others import
         assert "usage" in done.stdout.lower()
+
+
+def test_every_bench_path_benchmarks_names_exists_and_every_archived_probe_is_named():
+    """The bench scripts BENCHMARKS.md names are there, and each probe in bench/archive/ is named where its answer
+    is (BENCHMARKS.md, or a docs page)."""
+    root = BENCH.parent
+    benchmarks = (root / "BENCHMARKS.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"(?<![\w./-])(bench/[\w/]*\w\.(?:py|sh))\b", benchmarks))
+    assert "bench/bench_step.py" in named and not sorted(p for p in named if not (root / p).exists())
+    answers = benchmarks + "".join(p.read_text(encoding="utf-8") for p in (root / "docs").glob("*.md"))
+    probes = sorted(str(p.relative_to(root)) for p in BENCH.glob("archive/*") if p.suffix in (".py", ".sh"))
+    assert probes and not [p for p in probes if p not in answers]
+
+
+@pytest.mark.parametrize("script", sorted(str(p.relative_to(BENCH)) for p in BENCH.glob("**/*.sh")))
+def test_a_bench_shell_script_parses(script):
+    done = subprocess.run(["bash", "-n", str(BENCH / script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_interleaved_summary_takes_medians_per_checkout(tmp_path):

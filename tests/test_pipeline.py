@@ -1,13 +1,14 @@
 """experiments/ as one declared pipeline (issue 27): experiments/studies.py's registry names every study script once,
 its needs name studies and form no cycle, its report scripts exist; a study whose need is missing stops with one
 line naming what to run; --dry-run shows needs, study and report in order; and each report script without a test
-elsewhere (capacity_status.py, studies_end_status.py, cap_check.py; gap_tables.py and plateau_report.py are in
+elsewhere (capacity_status.py, studies_end_status.py, archive/cap_check.py; gap_tables.py and plateau_report.py are in
 test_experiment_figures.py, theta_scales.py in test_theta_scales.py) runs on the smallest input it reads. No real
 study runs: the driver works in a temporary --root, where experiments/ is a link to the real folder."""
 import importlib.util
 import json
 import math
 import re
+import runpy
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+
+from test_figures_read import saved  # noqa: F401 (a fixture: the figures saved, by file name)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -54,10 +57,12 @@ def files_under(folder):
 
 
 def test_every_script_is_one_study_and_every_study_a_script():
-    scripts = sorted(p.stem for p in EXPERIMENTS.glob("*.sh"))
+    """Also the archived ones (experiments/archive/: studies run once, their reports kept)."""
+    scripts = sorted(p.stem for p in [*EXPERIMENTS.glob("*.sh"), *EXPERIMENTS.glob("archive/*.sh")])
     assert sorted(studies.STUDIES) == scripts
     for name, entry in studies.STUDIES.items():
         assert entry.name == name and (ROOT / entry.script).is_file()
+        assert (ROOT / entry.script).parent.name == "archive" or entry.script == "experiments/%s.sh" % name
 
 
 def test_needs_name_studies_hold_what_they_read_and_have_no_cycle():
@@ -119,15 +124,18 @@ def test_every_report_script_exists_and_every_report_writes_under_figures(tmp_pa
             assert fnmatch(out, entry.figures + "*"), (entry.name, step.text())
 
 
-NAMED = re.compile(r"(?<![\w./$%-])(?:experiments/)?([\w-]+\.(?:py|sh|toml))\b")  # not $1-study.toml, %s.sh
+# a script's name, relative to experiments/ (not $1-study.toml, %s.sh)
+NAMED = re.compile(r"(?<![\w./$%-])(?:experiments/)?((?:archive/)?[\w-]+\.(?:py|sh|toml))\b")
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.sh")) + sorted(EXPERIMENTS.glob("*.py"))
-                         + [ROOT / "docs" / "cli.md"], ids=lambda p: p.name)
+                         + sorted(EXPERIMENTS.glob("archive/*")) + [ROOT / "docs" / "cli.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_script_named_in_the_experiments_and_the_cli_page_exists(path):
+    """A name is relative to experiments/ (an archived script's bare name may also be a sibling's: its own)."""
     text = path.read_text(encoding="utf-8")
-    named = {m for m in NAMED.findall(text) if not m.split(".")[0].isupper()}  # NAME.sh: a placeholder
-    missing = sorted(m for m in named if not (EXPERIMENTS / m).exists())
+    named = {m for m in NAMED.findall(text) if not Path(m).stem.isupper()}  # [archive/]NAME.sh: a placeholder
+    missing = sorted(m for m in named if not (EXPERIMENTS / m).exists() and not (path.parent / m).exists())
     assert not missing, "%s names %s" % (path.name, ", ".join(missing))
 
 
@@ -201,8 +209,8 @@ def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
         "--out figures/gap-vs-n",
         "+ bash experiments/informative.sh",
         "  python experiments/theta_scales.py runs/informative/runs/mnist-sample/* > figures/informative/theta_scales.md",
-        "+ bash experiments/cap-check.sh",
-        "  python experiments/cap_check.py runs/informative/runs/mnist-sample/F-VI-seed0/gap-test.json "
+        "+ bash experiments/archive/cap-check.sh",
+        "  python experiments/archive/cap_check.py runs/informative/runs/mnist-sample/F-VI-seed0/gap-test.json "
         "runs/cap-check/informative-F-VI-seed0-test-20000.json > figures/cap-check/informative-F-VI-seed0-test-20000.md",
     ]
     at = [out.index(line) for line in expected]
@@ -221,7 +229,7 @@ def test_dry_run_passes_the_script_options_and_skips_needs_that_are_there(root, 
     (root / "mnist").mkdir()
     status, out, _ = drive(capsys, "reference-cpu", "--dry-run", "--root", root, "--data=mnist", "--", "--dry-run")
     assert [line for line in out if line.startswith("+ ")] == [
-        "+ bash experiments/reference-cpu.sh %s mnist --dry-run" % s for s in studies.REFERENCE_CPU]
+        "+ bash experiments/archive/reference-cpu.sh %s mnist --dry-run" % s for s in studies.REFERENCE_CPU]
 
 
 def test_report_only_needs_the_studys_runs(root, capsys):
@@ -256,15 +264,19 @@ def capacity_rows():
     return rows
 
 
-def test_capacity_status_tables_the_encoders_done(tmp_path):
+def test_capacity_status_tables_the_encoders_done(tmp_path, monkeypatch, saved):
     rows = capacity_rows()
     source = tmp_path / "runs" / "capacity" / "capacity.jsonl"
     touch(tmp_path, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "figures" / "capacity"
-    subprocess.run([sys.executable, str(EXPERIMENTS / "capacity_status.py"), str(source), "--out", str(out)],
-                   check=True, capture_output=True, cwd=tmp_path)
+    monkeypatch.setattr(sys, "argv", ["capacity_status.py", str(source), "--out", str(out)])
+    runpy.run_path(str(EXPERIMENTS / "capacity_status.py"), run_name="__main__")  # in-process: its figure is read
     assert (out / "capacity.jsonl").read_text() == source.read_text()
-    assert (out / "capacity.png").stat().st_size > 0
+    (ax,) = saved["capacity.png"].axes  # widths as ticks; each point the mean over the two seeds
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "32"]
+    points = {c.get_label(): list(c.lines[0].get_ydata()) for c in ax.containers}
+    assert points == {"1 hidden layer, train images": [11.0, 5.0], "1 hidden layer, test images": [17.0, 11.0]}
+    assert ax.get_ylabel().startswith("amortization gap")
     text = (out / "capacity.md").read_text()
     assert text.startswith("Command: python experiments/capacity_status.py %s --out %s (4 encoders)" % (source, out))
     table = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): [c.strip() for c in line.strip("|").split("|")]
@@ -333,8 +345,8 @@ def test_cap_check_pairs_the_two_reports_per_image(tmp_path):
     for name, r in (("first", first), ("second", second)):
         paths.append(tmp_path / ("%s.json" % name))
         paths[-1].write_text(json.dumps(r))
-    out = subprocess.run([sys.executable, str(EXPERIMENTS / "cap_check.py"), *map(str, paths)], check=True,
-                         capture_output=True, text=True).stdout.splitlines()
+    out = subprocess.run([sys.executable, str(EXPERIMENTS / "archive" / "cap_check.py"), *map(str, paths)],
+                         check=True, capture_output=True, text=True).stdout.splitlines()
     assert out[0] == "%s: cap 1500 steps, capped q* 3 of 3 images, capped q*_m 5 of 6 pairs" % paths[0]
     assert out[1] == "%s: cap 20000 steps, capped q* 0 of 3 images, capped q*_m 0 of 6 pairs" % paths[1]
     d = [2.0, 1.0, 3.0]  # L(q*): second − first, per image
@@ -353,7 +365,8 @@ def test_the_driver_writes_cap_checks_pairs_into_figures(root, capsys):
     assert status == 0, err
     for run, (_, name) in zip(runs, studies.CAP_CHECK):
         text = (root / "figures" / "cap-check" / ("%s.md" % name)).read_text().splitlines()
-        assert text[0] == "Command: python experiments/cap_check.py %s/gap-test.json runs/cap-check/%s.json" % (run, name)
+        assert text[0] == ("Command: python experiments/archive/cap_check.py %s/gap-test.json runs/cap-check/%s.json"
+                           % (run, name))
         assert text[2].startswith("%s/gap-test.json: cap 1500 steps" % run)
         assert text[4].startswith("elbo_guide      second − first: +0.00 ± 0.00") and len(text) == 7
     assert sum("second − first" in line for line in out) == 9  # also shown

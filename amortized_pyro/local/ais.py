@@ -11,7 +11,7 @@ integrator of :func:`pyro.ops.integrator.velocity_verlet`) and a Metropolis corr
 log p̂(x_n | θ) = log (1/C) Σ_c exp(log w_c); E[w] = p(x_n | θ), so the estimate is a stochastic lower bound,
 exact as T → ∞. The HMC mass matrix is diag(1 / scale²) of the proposal, so each dimension steps by its own
 scale; each image's step size adapts between transitions towards an acceptance rate of 0.65 (as Wu et al.);
-every θ draw, chain, image and step is vectorized. On an informative run (bench/ais_sweep.py, BENCHMARKS.md)
+every θ draw, chain, image and step is vectorized. On an informative run (bench/archive/ais_sweep.py, BENCHMARKS.md)
 the per-dimension steps brought 200 annealing steps from 2.2 to 0.8 nats below the 5,000-step estimate, and
 1,000 steps (the default) to 0.1. Hand-written: Pyro's HMC kernel runs one chain on one target, not an
 annealed path over many images at once, and its integrator keeps only the gradient of the potential at one β

@@ -26,7 +26,7 @@ class StoppingRule:
     rate Adam's iterates jitter around the optimum by the gradient noise of a few z draws, and their mean
     sits closer to it. On an informative run, averaged and at a first learning rate of 0.05, q* and the q*_m
     reached higher values of their own objectives in 1,500 steps than the last iterates of 3,000 steps at 0.01
-    (bench/gap_optimizer.py, BENCHMARKS.md). Cremer et al.'s rule is ``tolerance`` 0 and ``patience`` 10:
+    (bench/archive/gap_optimizer.py, BENCHMARKS.md). Cremer et al.'s rule is ``tolerance`` 0 and ``patience`` 10:
     a window mean that creeps up by noise and ever smaller learning rates then keeps nearly every row to the
     cap (BENCHMARKS.md)."""
 

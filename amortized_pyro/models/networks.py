@@ -7,7 +7,7 @@
 
 Each takes the weights θ (site → tensor) with or without a leading draw dimension P (particles, replicas,
 the gap's θ draws; see :func:`decode`). Where weights carry P, the convolutions run as one grouped
-convolution over the P draws (groups = P; bench/conv_batching.py measures it against torch.func.vmap).
+convolution over the P draws (groups = P; bench/archive/conv_batching.py measures it against torch.func.vmap).
 """
 import math
 

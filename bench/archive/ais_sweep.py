@@ -1,7 +1,7 @@
 """Is the gap's AIS long enough? log p(x_n | θ_m) by AIS with 200, 1,000 and 5,000 annealing steps from the
 same proposals q*_nm, on the same θ draws, images and chains' keys, against IWAE with K = 1,000 and 10,000:
 
-    python bench/ais_sweep.py RUN_DIR --split test --n-images 5 [--steps 200,1000,5000] [--repeats 2]
+    python bench/archive/ais_sweep.py RUN_DIR --split test --n-images 5 [--steps 200,1000,5000] [--repeats 2]
 
 q* and the q*_m are fitted as ``gap`` fits them (its defaults but M = 4). Each estimate is a stochastic lower
 bound on log p(x_n | θ_m); longer annealing can only raise AIS's expectation. Printed per setting: the mean

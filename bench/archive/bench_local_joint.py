@@ -2,8 +2,8 @@
 hand-written ``local_log_joint`` against the one read off its Pyro trace (:class:`LocalJoint`, the path
 ``measure_gap`` takes for any model), side by side on the same draws.
 
-    python bench/bench_local_joint.py                  # 20 images, 100 z draws, z 64, H 256, x 784
-    python bench/bench_local_joint.py --draws 8        # a q* optimization step's draws
+    python bench/archive/bench_local_joint.py                  # 20 images, 100 z draws, z 64, H 256, x 784
+    python bench/archive/bench_local_joint.py --draws 8        # a q* optimization step's draws
 
 Interleaved round by round (absolute times drift here; ratios within a run do not); prints the median ms per
 call and the ratio to the hand-written one.

@@ -1,7 +1,7 @@
 """Time a training step of step variants side by side: SA-VI's refinement, and seeds packed as replicas.
 
-    python bench/bench_variants.py refinement     # A-VI vs SA-VI with 5 steps (straight-through, unrolled), 20 steps
-    python bench/bench_variants.py replicas       # R single steps vs one step of R replicas (R = 3)
+    python bench/archive/bench_variants.py refinement  # A-VI vs SA-VI: 5 steps (straight-through, unrolled), 20 steps
+    python bench/archive/bench_variants.py replicas    # R single steps vs one step of R replicas (R = 3)
 
 At the informative preset's size (N 2,500 of the shipped sample, B 250, z 64, H 256, encoder width 64,
 σ 0.1), on --device. Variants run interleaved round by round on the same minibatches (absolute times drift;

@@ -4,7 +4,7 @@ minibatch of R·B images against R steps on B images each, interleaved. R encode
 least the former (R encoders' own layers add to it; the decoder's work is the same), so if R steps of B cost
 about what one step of R·B costs, batching the seeds cannot pay.
 
-    OMP_NUM_THREADS=1 python bench/capacity_batching.py RUN_DIR [--replicas 3] [--rounds 5] [--steps 30]
+    OMP_NUM_THREADS=1 python bench/archive/capacity_batching.py RUN_DIR [--replicas 3] [--rounds 5] [--steps 30]
 """
 import argparse
 import time

@@ -1,6 +1,6 @@
 """The conv decoder's θ draws batched two ways, and its training step against the MLP decoder's, side by side.
 
-    python bench/conv_batching.py --threads 1 > bench/results/conv-batching-1thread-DATE.md
+    python bench/archive/conv_batching.py --threads 1 > bench/results/conv-batching-1thread-DATE.md
 
 1. Ω(z; θ) forward and backward for P draws of θ, each with its own z [B, z_dim]: one grouped convolution over
    the draws (models.networks.ConvDecoder, groups = P) against torch.func.vmap over the draws of the same

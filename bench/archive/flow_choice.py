@@ -7,7 +7,7 @@ A-VI k = 64, B = 250) for --steps SVI steps in alternating blocks of --block ste
 CPU falls on both alike); reported: ms per step (median of the blocks' means) and the ELBO per image on the
 training images at the end (--particles draws of Trace_ELBO, mean ± s.e.).
 
-    OMP_NUM_THREADS=1 python bench/flow_choice.py [--seed S] > bench/results/flow-choice-DATE.md
+    OMP_NUM_THREADS=1 python bench/archive/flow_choice.py [--seed S] > bench/results/flow-choice-DATE.md
 """
 import argparse
 import statistics

@@ -3,8 +3,8 @@ the guide's factor and from the prior (as for F-VI's held-out images), at a give
 step cap, with AIS off; the package on PYTHONPATH decides the optimizer (e.g. a worktree of the code before
 window averaging):
 
-    python bench/gap_optimizer.py RUN_DIR --lr 0.05 --max-steps 1500
-    PYTHONPATH=/tmp/before python bench/gap_optimizer.py RUN_DIR --lr 0.01 --max-steps 3000
+    python bench/archive/gap_optimizer.py RUN_DIR --lr 0.05 --max-steps 1500
+    PYTHONPATH=/tmp/before python bench/archive/gap_optimizer.py RUN_DIR --lr 0.01 --max-steps 3000
 
 Printed per start: L(q*) on the fitting draws (what q* maximizes) and on the fresh score draws (what the gap
 reports), mean_m L(q*_m; θ_m) (what each q*_m maximizes), the IWAE log p(x), the steps, the capped

@@ -2,7 +2,7 @@
 wall time against images, θ draws and z draws per step; peak memory beside each; the step against this CPU's
 arithmetic limit (FLOPs per step ÷ a measured matrix-product rate).
 
-    python bench/growth.py RUN_DIR --out figures/growth [--threads 1]
+    python bench/archive/growth.py RUN_DIR --out figures/growth [--threads 1]
 
 Every point runs in its own process (so that its peak RSS is its own: ``ru_maxrss`` minus that of a process
 that only imported the package and loaded the data), one after another; step times are medians of 3 rounds of

@@ -3,7 +3,7 @@ steps from its output, the gap's refinement rows: M θ draws, 8 z draws per imag
 images, interleaved, medians over rounds. The held-out study (experiments/held-out.sh) sets the gap left after
 each against its cost.
 
-    OMP_NUM_THREADS=1 python bench/inference_cost.py RUN_DIR [--images 20] [--steps 5,20] [--rounds 7]
+    OMP_NUM_THREADS=1 python bench/archive/inference_cost.py RUN_DIR [--images 20] [--steps 5,20] [--rounds 7]
 """
 import argparse
 import statistics
@@ -19,7 +19,7 @@ from amortized_pyro.runs.fit import finished_run
 
 
 def run_arguments(parser):
-    """The options of a bench on a trained run's images (this one's and bench/refine_sweep.py's)."""
+    """The options of a bench on a trained run's images (this one's and bench/archive/refine_sweep.py's)."""
     parser.add_argument("run_dir")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--steps", default="5,20")

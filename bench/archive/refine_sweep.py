@@ -3,7 +3,7 @@ factor, for Adam and for Kim et al.'s SGD with momentum on clipped gradients (is
 learning rate, on the same images and draws (the gap's: M θ draws, 8 z draws per image and draw per step,
 scored on S fresh draws).
 
-    OMP_NUM_THREADS=1 python bench/refine_sweep.py RUN_DIR [--images 20] [--steps 5,20] \
+    OMP_NUM_THREADS=1 python bench/archive/refine_sweep.py RUN_DIR [--images 20] [--steps 5,20] \
         [--adam 0.003,0.01,0.03,0.1] [--momentum 0.003,0.01,0.03,0.1,0.3,1]
 
 For each optimizer, learning rate, split (training, held-out) and k: the mean over images of L_n(after k

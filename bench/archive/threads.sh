@@ -2,7 +2,7 @@
 # torch's threads on this machine: `fit` (ms per epoch, from the run's summary.json) and `gap` (wall seconds)
 # with 1 and 2 threads, on an idle machine and on a busy one (a second copy of the same command running at
 # the same time, as when a user starts two jobs), each setting alone, one after another:
-#     bash bench/threads.sh RUN_DIR [OUT_DIR]
+#     bash bench/archive/threads.sh RUN_DIR [OUT_DIR]
 # RUN_DIR: a finished run for `gap` (e.g. runs/profile-avi64: A-VI k = 64 on the shipped sample). The fit is
 # the README's quick-start size (shipped sample, N 2,500, width 64) for a few epochs. Threads are set through
 # the commands' own --threads.

@@ -1,7 +1,7 @@
 """Does torch.compile pay on the package's training step? (the check behind BENCHMARKS.md)
 
-    python bench/try_torch_compile.py --configs small reference
-    python bench/try_torch_compile.py --device cuda
+    python bench/archive/try_torch_compile.py --configs small reference
+    python bench/archive/try_torch_compile.py --device cuda
 
 For the amortized guide, compiles the ELBO module (``torch.compile(make_elbo()(model, guide))``), reports the
 compilation time and the loss of both for one seed, then times whole steps (loss, backward, Adam) of the

@@ -2,7 +2,7 @@
 mean ± standard error over the images (and the extremes), for L(guide) (untouched by the cap: its change
 is the Monte Carlo noise of the estimates alone; absent for F-VI's test images), L(q*) and E_m L(q*_m).
 
-    python experiments/cap_check.py RUN/gap-test.json runs/cap-check/NAME.json
+    python experiments/archive/cap_check.py RUN/gap-test.json runs/cap-check/NAME.json
 """
 import json
 import sys

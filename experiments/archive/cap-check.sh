@@ -5,10 +5,10 @@
 # runs/sa-vi-5's A-VI k = 64 seed 0 (experiments/sa-vi.sh), runs/gap-vs-n/n8000's A-VI k = 64 seed 0
 # (experiments/gap-vs-n.sh) and runs/informative's F-VI seed 0 (experiments/informative.sh: F-VI, whose test q* hit
 # the cap for 52 of 60 images). Reports already there are kept. Then prints the paired per-image differences against
-# them (experiments/cap_check.py) and writes them into figures/cap-check (python experiments/study.py cap-check
+# them (experiments/archive/cap_check.py) and writes them into figures/cap-check (python experiments/study.py cap-check
 # --report-only). Through the driver, which first checks the three reports are there: python experiments/study.py cap-check
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/cap-check
 check() {  # run name of the report

@@ -3,7 +3,7 @@
 # with one or two settings put back to the studies' values: obs_scale 1 (studies: 1/sqrt(2)), init_scale e^-2,
 # lr 1e-3. Each cell is a one-run comparison in figures/informative-ablation/CELL/. About 15 minutes on 2 cores.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cell() {
   local name=$1; shift
   python -m amortized_pyro compare --config experiments/informative.toml --dataset mnist-sample \
