@@ -10,7 +10,7 @@ import numpy as np
 
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.models.guides import ENCODER_GUIDES, FAMILIES, display_order
-from amortized_pyro.report.style import FAMILY_COLORS, legend_outside, save_figure, subplots
+from amortized_pyro.report.style import FAMILY_COLORS, empty_panel, legend_outside, save_figure, subplots
 from amortized_pyro.report.tables import capacity_seeds, spread
 
 
@@ -34,6 +34,18 @@ def configuration_looks(labels):
     return looks
 
 
+def no_refinement(reports):
+    """Why none of ``reports`` has a gap left after refinement to draw, in a few lines."""
+    why = [text for text, applies in (
+        ("flow guides: their factor is not Gaussian,\nso their refinement is not measured",
+         lambda r: r.get("q_family") == "flow"),
+        ("F-VI has no factor of its own for held-out images", lambda r: r.get("elbo_guide") is None),
+        ("measured without --refine-steps\n(`gap --refine-steps 0,5,20` measures the gap left after that many steps)",
+         lambda r: r.get("q_family") != "flow" and r.get("elbo_guide") is not None))
+        if any(applies(r) for r in reports)]
+    return "No refinement to draw:\n" + ";\n".join(why)
+
+
 def gap_figure(reports, path):
     """Amortization gap (mean ± standard error over images) against encoder width, with F-VI and
     constant-VI as horizontal lines in a ± s.e. band; and the gap left after k refinement steps (± s.e. over
@@ -41,7 +53,8 @@ def gap_figure(reports, path):
     the widths measured (the ticks) and breaks where it lacks one. Right, a colour and a marker per
     configuration. Both: train solid with filled markers, test dashed with open ones (left: circles and
     squares). Several training seeds of a configuration: their mean ± the standard error over seeds and
-    images (:func:`~amortized_pyro.gap.pooling.pooled`)."""
+    images (:func:`~amortized_pyro.gap.pooling.pooled`). A panel with nothing to draw says why instead
+    (:func:`no_refinement`)."""
     groups = seed_groups(reports)
     spread_text = spread([len(group) for group in groups.values()],
                          "mean over training seeds ± s.e. over seeds and images", "mean ± s.e. over images")
@@ -82,6 +95,11 @@ def gap_figure(reports, path):
                        **dict(SPLIT_LOOKS[r["split"]], marker=marker), label="%s, %s" % (r["label"], r["split"]))
     right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
               ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (%s)" % spread_text)
+    if not refinable:
+        empty_panel(right, no_refinement(reports))
+    if not left.containers and not left.lines:
+        empty_panel(left, "No amortization gap to draw:\nno guide has a factor of its own for these images\n"
+                          "(F-VI on held-out images)")
     for ax in (left, right):
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)

@@ -37,6 +37,12 @@ def legend_outside(ax, fontsize=7):
         ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
 
 
+def empty_panel(ax, text):
+    """A panel with nothing to draw: ``text`` saying why in its middle, and no axes to read values off."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes)
+    ax.set_axis_off()
+
+
 def save_figure(fig, path):
     """Write ``fig`` to ``path``; returns the figure (its artists stay readable)."""
     fig.tight_layout()
