@@ -295,7 +295,8 @@ def test_a_runs_images_are_reloaded_from_where_they_were_and_checked(tmp_path, m
     np.save(work / "x.npy", images[::-1].copy())  # other images at the same path
     (tmp_path / "g.json").unlink()
     refused = CliRunner().invoke(cli, gap)
-    (line,) = [line for line in refused.output.splitlines() if line.strip()]
+    *said, line = [line for line in refused.output.splitlines() if line.strip()]
+    assert said == ["loading the run %s and its images" % (tmp_path / "run")]  # the progress line, then the refusal
     assert refused.exit_code == 1 and "trained on other images" in line and "fingerprint" in line
     (tmp_path / "run" / "summary.json").unlink()  # as if interrupted: --resume checks the same way
     resumed = CliRunner().invoke(cli, ["fit", "--resume", str(tmp_path / "run")])

@@ -12,15 +12,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, comma_separated, friendly_errors, overwrite_option,
-                                       replicas_option, stderr_log, threads_option)
+from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, comma_separated, friendly_errors, left_empty_removed,
+                                       overwrite_option, replicas_option, stderr_log, threads_option)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
-from amortized_pyro.cli.options import FiniteFloat, config_file_option, settings_options
+from amortized_pyro.cli.options import FiniteFloat, config_file_option, given, option_name, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
 from amortized_pyro.report.tables import summary_text
-from amortized_pyro.runs.config import FitConfig, check_values
+from amortized_pyro.runs.config import FitConfig, check_applicable, check_values
 from amortized_pyro.runs.fit import RESUMABLE_CHANGES, fit, prepare_data, resume
 from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
 from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
@@ -77,6 +77,7 @@ def fit_command(out, resume_dir, replicas, overwrite, **options):
         else:
             results = [resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)]
     else:
+        check_applicable([settings["guide"]], given(settings), option_name)
         config = FitConfig(**settings).check()
         data = prepare_data(config, None, stderr_log)
         out = Path(out) if out else default_out(config, data)
@@ -161,22 +162,23 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
     """Run guides × widths × seeds (× datasets); write the results table, a summary and all figures."""
     gap_settings = GapSettings(**{f.name: options.pop("gap_" + f.name) for f in fields(GapSettings)})
     settings, extra = split_config(options)
+    check_applicable(guides, given(settings), option_name)
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
                        retries=ray_retries)
     out = Path(out) if out else new_comparison_dir()
-    try:
-        results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
-                          progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
-                          executor=executor, ray_options=ray_options, gap_images=gap_images, gap_settings=gap_settings,
-                          replicas=replicas,
-                          **settings)
-    except Interrupted as e:
-        stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again to "
-                                     "resume (the interrupted run continues from its checkpoint)"
-                                     % (signal.Signals(e.signum).name, out))
-        stopped.exit_code = e.exit_code
-        raise stopped from None
-    write_comparison(results, out, plateau_fraction)
+    with left_empty_removed(out):  # a comparison that fails before writing anything leaves no folder
+        try:
+            results = compare(guides, widths, seeds, datasets, out=out, study=study, data_seed=data_seed,
+                              progress=extra["progress"], log=stderr_log, overwrite=overwrite, allow_sample=allow_sample,
+                              executor=executor, ray_options=ray_options, gap_images=gap_images,
+                              gap_settings=gap_settings, replicas=replicas, **settings)
+        except Interrupted as e:
+            stopped = AmortizedPyroError("interrupted by %s: finished runs are kept in %s; run the same command again "
+                                         "to resume (the interrupted run continues from its checkpoint)"
+                                         % (signal.Signals(e.signum).name, out))
+            stopped.exit_code = e.exit_code
+            raise stopped from None
+        write_comparison(results, out, plateau_fraction)
 
 
 @cli.command("plot")

@@ -1,10 +1,13 @@
 """What every command of the command line shares: errors as one line and an exit status (never a traceback
 unless --debug), how to go on from an error, logging to stderr, and a few option types."""
+import contextlib
 import functools
 import os
+import re
 import sys
 import traceback
 from dataclasses import fields
+from pathlib import Path
 
 import click
 import torch
@@ -12,10 +15,18 @@ import torch
 from amortized_pyro.cli.options import field_option, option_name
 from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings, RunExists
 from amortized_pyro.runs.config import FitConfig
+from amortized_pyro.runs.store import STARTED, kept_since, writes
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
 THREADS_ENV = "AMORTIZED_PYRO_THREADS"
+MEMORY_WORDS = ("can't allocate memory", "not enough memory", "out of memory", "failed to allocate",
+                "overflow when unpacking", "integer multiplication overflow", "negative dimension",
+                "too large to convert to c")  # torch's and Python's words for sizes beyond the host or a tensor
+SIZES = {"width", "hidden", "z_dim", "n_obs", "n_test", "batch_size", "particles", "encoder_layers", "flow",
+         "iterations", "refine_steps", "predictive_draws", "replicas", "n_images", "gap_images", "chunk", "samples",
+         "importance_samples", "theta_draws", "score_draws", "select_draws", "step_samples", "ais_chains",
+         "encoder_batch_size"}  # the options that set how much memory a command takes
 
 
 def debugging():
@@ -27,34 +38,28 @@ def debugging():
 
 def friendly_errors(command):
     """The package's own errors (:class:`~amortized_pyro.errors.AmortizedPyroError`) and the host's known
-    limits (memory, the file system) end in one line on stderr and exit status 1 (128 + signal number when a
-    signal stopped the run), unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for the traceback. Anything else
-    is a bug of ours: its traceback, and a line asking for a report (exit status 1)."""
+    limits (memory, sizes beyond a tensor's, the file system) end in one line on stderr and exit status 1 (2 for
+    a usage error, 128 + signal number when a signal stopped the run; Ctrl-C elsewhere says what was kept),
+    unless --debug (or AMORTIZED_PYRO_DEBUG=1) asks for the traceback. Anything else is a bug of ours: its
+    traceback, and a line asking for a report (exit status 1)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        code = 1
+        code, mark = 1, writes()
         try:
             return command(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own: usage errors (exit 2) and exits
-        except (AmortizedPyroError, MemoryError, torch.OutOfMemoryError, OSError) as e:
-            if debugging():
-                raise
-            code = getattr(e, "exit_code", 1)  # 128 + signal number for an interrupted run
-            if isinstance(e, InvalidSettings):  # a usage error found once the options met each other
-                code = 2
-            if isinstance(e, AmortizedPyroError):
-                message = hint(e)
-            elif isinstance(e, (MemoryError, torch.OutOfMemoryError)):
-                message = "out of memory: try a smaller --n-obs, --batch-size or --chunk"
-            else:  # the file system: permissions, a full disk, a missing file
-                message = "%s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else "")
         except KeyboardInterrupt:
-            message, code = "interrupted; results written so far are kept", 130
-        except Exception:
-            traceback.print_exc()
-            message = ("this is a bug of amortized_pyro, not of your input: please report it with the traceback "
-                       "above and the command")
+            message, code = interrupted(kept_since(mark)), 130
+        except Exception as e:
+            if not isinstance(e, (AmortizedPyroError, OSError)) and not out_of_memory(e):
+                traceback.print_exc()
+                message = ("this is a bug of amortized_pyro, not of your input: please report it with the "
+                           "traceback above and the command")
+            elif debugging():
+                raise
+            else:
+                code, message = user_error(e)
         click.echo("Error: %s" % message, err=True)
         sys.exit(code)
     return wrapper
@@ -63,17 +68,109 @@ def friendly_errors(command):
 PROG = "python -m amortized_pyro"
 
 
+def user_error(e):
+    """(exit status, line) of the package's own error, the file system's, or memory running out."""
+    if isinstance(e, AmortizedPyroError):  # 128 + signal number for an interrupted run; 2 for a usage error
+        return 2 if isinstance(e, InvalidSettings) else getattr(e, "exit_code", 1), hint(e)
+    if isinstance(e, OSError):  # permissions, a full disk, a missing file
+        return 1, "%s%s" % (e.strerror or e, ": %s" % e.filename if e.filename else "")
+    return 1, too_large(e)
+
+
+def out_of_memory(error):
+    """Whether ``error`` is memory running out, or a size beyond what a tensor can have (torch says either
+    as a RuntimeError or TypeError at the allocation)."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(error, (RuntimeError, TypeError, OverflowError)) and any(
+        word in str(error).lower() for word in MEMORY_WORDS)
+
+
+def too_large(error):
+    """The line of :func:`out_of_memory`: the command's size options given above their defaults, the one
+    furthest above first (the likely cause), and how many bytes torch was asked for where it says."""
+    context = click.get_current_context(silent=True)
+    above = []
+    for param in context.command.params if context else ():
+        value, default = context.params.get(param.name), param.default
+        if param.name.removeprefix("gap_") in SIZES and isinstance(value, int) and isinstance(default, int) \
+                and value > max(default, 1):
+            above.append((value / max(default, 1), "%s %d" % (option_name(param.name), value), default))
+    asked = re.search(r"allocate (\d+) bytes", str(error))
+    asked = " (%.3g GB asked for)" % (int(asked.group(1)) / 1e9) if asked else ""
+    if not above:
+        return "out of memory%s: try a smaller --n-obs, --batch-size or --chunk" % asked
+    above.sort(reverse=True)
+    return "out of memory%s at the sizes asked for: %s is the furthest above its default (%d), give it a smaller " \
+           "value%s" % (asked, above[0][1], above[0][2], "" if len(above) == 1 else " (also above their defaults: %s)"
+                        % ", ".join(a[1] for a in above[1:]))
+
+
+def interrupted(kept):
+    """The line of a command stopped by Ctrl-C outside a run's epochs (which stop at a checkpoint
+    themselves): what it had written, ``kept``, is kept, or nothing was written."""
+    if not kept:
+        return "interrupted; nothing was written"
+    folders = sorted({str(p.parent) for p in kept})
+    return "interrupted; what was written so far is kept in %s%s" % (
+        folders[0], " and %d other folder(s)" % (len(folders) - 1) if len(folders) > 1 else "")
+
+
+def check_writable(path):
+    """Refuse at once, before any work, to write ``path`` into a folder that is missing or read-only."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise AmortizedPyroError("cannot write %s: the folder %s does not exist" % (path, folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AmortizedPyroError("cannot write %s: %s is read-only (give --out a file in a folder you can write)"
+                                 % (path, folder))
+
+
+@contextlib.contextmanager
+def left_empty_removed(path):
+    """Where the block fails, remove the folder ``path`` and its parents that did not exist before it and that
+    it left empty (a command's --out); never anything else."""
+    path, missing = Path(path) if path else None, []
+    while path is not None and not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    try:
+        yield
+    except BaseException:
+        for folder in missing:  # the deepest first; rmdir leaves a folder that holds anything
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def no_empty_out(name):
+    """Decorator of a command whose option ``name`` is the folder it writes: a failure leaves no empty folder
+    (:func:`left_empty_removed`)."""
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            with left_empty_removed(kwargs.get(name)):
+                return command(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
 def hint(error):
     """The error's line, with how to go on from the command line where there is a way."""
     if isinstance(error, FixedSettings):
         return "--resume continues a run as it was defined: it cannot change %s (only %s)" % (
             ", ".join(map(option_name, error.fields)), ", ".join(map(option_name, error.allowed)))
     if isinstance(error, InvalidSettings):
-        return "%s (%s)" % (error, ", ".join(map(option_name, error.fields)))
+        named = all(option_name(f) in str(error) for f in error.fields)
+        return str(error) if named else "%s (%s)" % (error, ", ".join(map(option_name, error.fields)))
     if isinstance(error, Interrupted) and error.out:
         return "%s: resume with %s fit --resume %s" % (error, PROG, error.out)
     if isinstance(error, Diverged) and error.out:
         return "%s: continue it with a lower learning rate, %s fit --resume %s --lr LR" % (error, PROG, error.out)
+    if isinstance(error, RunExists) and error.status == "started":
+        return "%s: %s: --overwrite starts it there again, or give another --out" % (error.out, STARTED)
     if isinstance(error, RunExists):
         return "%s: use --resume %s to continue it or --overwrite to replace it" % (error, error.out)
     return str(error)
@@ -153,7 +250,7 @@ step_counts = comma_separated(0)  # --refine-steps
 def threads_option(command):
     """``--threads N`` (or AMORTIZED_PYRO_THREADS): torch's CPU threads for this command, default 1. On this
     project's 2-core machine one thread lost little on an idle machine and two threads per job were many times
-    slower as soon as a second job ran beside them (bench/threads.sh, BENCHMARKS.md)."""
+    slower as soon as a second job ran beside them (bench/archive/threads.sh, BENCHMARKS.md)."""
     def apply(ctx, param, value):
         torch.set_num_threads(value)
         return value

@@ -7,15 +7,16 @@ from pathlib import Path
 import click
 
 from amortized_pyro.autoguides.capacity import EncoderTraining
-from amortized_pyro.cli.common import (OutPath, comma_separated, device_option, friendly_errors, n_images_option,
-                                       overwrite_option, stderr_log, step_counts, threads_option)
+from amortized_pyro.cli.common import (OutPath, check_writable, comma_separated, device_option, friendly_errors,
+                                       n_images_option, no_empty_out, overwrite_option, stderr_log, step_counts,
+                                       threads_option)
 from amortized_pyro.cli.options import settings_options
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
 from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.tables import format_capacity, format_gap, format_reports
-from amortized_pyro.runs.fit import finished_run
+from amortized_pyro.runs.fit import check_finished, finished_run
 from amortized_pyro.runs.layout import capacity_dir, gap_report_path
 from amortized_pyro.runs.store import atomic_write, read_info, write_report
 from amortized_pyro.study.results import load_gap_reports
@@ -50,6 +51,8 @@ def gap_command(run_dir, split, n_images, refine_steps, device, out_file, overwr
     out_file = Path(out_file) if out_file else gap_report_path(run_dir)
     if out_file.exists() and not overwrite:
         raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out_file)
+    check_finished(run_dir)  # both before the minutes of measuring
+    check_writable(out_file)
     report = measure_run(run_dir, split, n_images, GapSettings(**settings), refine_steps, device, stderr_log, progress)
     write_report(out_file, report)
     click.echo(format_gap(report))
@@ -89,6 +92,7 @@ def gap_report_command(folder):
 @overwrite_option
 @threads_option
 @friendly_errors
+@no_empty_out("out_dir")
 def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, progress, **settings):
     """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
     seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
@@ -147,6 +151,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
                    "again continues the study there.")
 @threads_option
 @friendly_errors
+@no_empty_out("out_dir")
 def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decays, early_stopping, n_images,
                      refine_steps, device, out_dir, progress, **settings):
     """Where the held-out amortization gap comes from: on each run's frozen q(θ), fresh encoders trained on

@@ -6,6 +6,7 @@ import math
 from dataclasses import fields
 
 import click
+from click.core import ParameterSource
 
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.runs.config import read_preset
@@ -37,6 +38,13 @@ class Parsed(click.ParamType):
 
 def option_name(name):
     return "--" + name.replace("_", "-")
+
+
+def given(names):
+    """Those of ``names`` (parameters of the command running) given on the command line (or in the environment),
+    not defaults: a preset's keys (--config) are defaults, which every guide takes."""
+    ctx, sources = click.get_current_context(), (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return [n for n in names if ctx.get_parameter_source(n) in sources]
 
 
 def field_option(f, prefix="", default=None):

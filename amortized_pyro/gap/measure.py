@@ -81,6 +81,20 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
     return elbos, seconds
 
 
+def phases(guide, settings, refine_steps=()):
+    """What :func:`measure` does for ``guide``, in order, a phrase each (what a run's measurement says first)."""
+    steps = settings.max_steps
+    said = ["q* per image (at most %d steps)" % steps]
+    if guide.local_flow is None and [k for k in refine_steps if k]:
+        said.append("the refinement rows (%s steps)" % ", ".join(str(k) for k in refine_steps if k))
+    if not guide.global_is_point():
+        said.append("the q*_m at each of %d θ draws (at most %d steps)" % (settings.theta_draws, steps))
+    said.append("log p(x) by IWAE (%d samples)" % settings.importance_samples)
+    if settings.ais_steps:
+        said.append("by AIS (%d steps, %d chains)" % (settings.ais_steps, settings.ais_chains))
+    return said
+
+
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
                 progress=False):
     """:func:`amortized_pyro.gap.measure.measure` on ``n_images`` of a finished run's training or test images, drawn
@@ -88,6 +102,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
     the gap seed and the images' indices (see the ``gap`` command)."""
     settings = (settings or GapSettings()).check()
+    log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
     images = data.train if split == "train" else data.test
     if images.shape[0] == 0:
@@ -98,7 +113,12 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     gap_seed, chosen = gap_images(settings, c.seed, images.shape[0], n_images)
     x = images[chosen.to(images.device)]
     idx = chosen.to(x.device) if split == "train" else None
+    own = not (c.guide == "per-datapoint" and split == "test")  # F-VI has no factor for held-out images
+    log("measuring on %d %s images (gap seed %d), in turn: %s" % (
+        x.shape[0], split, gap_seed, "; ".join(phases(result.guide, settings, refine_steps if own else ()))))
+    began = time.perf_counter()
     report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed)
+    log("measured in %.0f s" % (time.perf_counter() - began))
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
                 guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,
                 n_images=x.shape[0], gap_seed=gap_seed, images=chosen.tolist(), **report)

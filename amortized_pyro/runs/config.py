@@ -23,7 +23,7 @@ from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
-from amortized_pyro.models.guides import GUIDES
+from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE
 from amortized_pyro.settings import Checked, field_error, setting
 
@@ -33,6 +33,14 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 BATCH_ORDERS = ("shuffled", "blocks")
+FREE_GUIDES = tuple(g for g in GUIDES if g not in ENCODER_GUIDES)  # per-datapoint and shared: free factors
+# The fields that configure some guides only, and the guides each configures (its help says so): given for
+# another guide, such an option would do nothing and still be recorded, so the command line refuses it
+GUIDE_SETTINGS = {**dict.fromkeys(("width", "encoder", "encoder_layers", "encoder_slope"), ENCODER_GUIDES),
+                  **dict.fromkeys(("refine_steps", "refine_lr", "refine_grad", "refine_optimizer"),
+                                  ("semi-amortized",)),
+                  "iterations": ("iterative",), "qz_init": FREE_GUIDES,
+                  "flow": tuple(g for g in GUIDES if g not in ("semi-amortized", "iterative"))}
 COMPARE_KEYS = ("guides", "widths", "seeds", "datasets", "data_seed", "study", "plateau_fraction")
 
 
@@ -70,7 +78,8 @@ class FitConfig(Checked):
                          "by a network of the local ELBO's gradient, IA-VI: Marino et al. 2018), per-datapoint (F-VI) "
                          "or shared (constant-VI).",
                          choices=GUIDES, grid=True)
-    width: int = setting(128, "Encoder width k of the amortized and semi-amortized guides.", low=1, grid=True)
+    width: int = setting(128, "Encoder width k of the encoder guides (amortized, semi-amortized, iterative).", low=1,
+                         grid=True)
     encoder_layers: int = setting(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
                                  "authors' original).", low=1)
     encoder_slope: float = setting(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
@@ -83,7 +92,7 @@ class FitConfig(Checked):
                               "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
     refine_optimizer: str = setting("adam", "SA-VI: the refinement's optimizer: adam, or sgd-momentum (Kim et al. "
                                     "2018's inner loop: momentum 0.5, each image's gradient clipped to norm 5; "
-                                    "its learning rate --refine-lr, chosen by bench/refine_sweep.py).",
+                                    "its learning rate --refine-lr, chosen by bench/archive/refine_sweep.py).",
                                     choices=REFINE_OPTIMIZERS)
     flow: int = setting(0, "Normalizing-flow transforms K after q(z_n)'s Gaussian factor (masked autoregressive, "
                        "through Zuko; conditioned on the encoder's features for A-VI, unconditional for F-VI and "
@@ -208,6 +217,19 @@ def check_values(name, values):
         if error:
             raise AmortizedPyroError(error)
     return list(values)
+
+
+def check_applicable(guides, names, option=lambda name: name):
+    """Refuse (:class:`InvalidSettings`) the fields among ``names`` (those given) that configure none of
+    ``guides`` (:data:`GUIDE_SETTINGS`); ``option(name)`` spells a field as the message names it."""
+    names = [n for n in names if n in GUIDE_SETTINGS and not set(guides) & set(GUIDE_SETTINGS[n])]
+    if not names:
+        return
+    one = len(names) == 1
+    where = "; ".join("%s applies to %s only" % (option(n), ", ".join(GUIDE_SETTINGS[n])) for n in names)
+    raise InvalidSettings("%s configure%s nothing of the %s guide%s: %s; drop %s" % (
+        " and ".join(map(option, names)), "s" if one else "", ", ".join(guides), "s" if len(guides) > 1 else "",
+        where, "it" if one else "them"), names)
 
 
 def defaults():

@@ -14,15 +14,15 @@ import torch
 
 import pyro
 
-from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings
 from amortized_pyro.inference.evaluation import MSE_KEYS, evaluate, mean_image_mse
 from amortized_pyro.inference.training import SingleRun, TrainingState, train
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import FAMILIES, make_guide
 from amortized_pyro.runs.config import FitConfig, parse_every
 from amortized_pyro.runs.data import load_data
-from amortized_pyro.runs.store import (RunWriter, ms_per_epoch, read_checkpoint, read_info, read_run, reopen,
-                                       restore, run_status)
+from amortized_pyro.runs.store import (RunWriter, describe, ms_per_epoch, read_checkpoint, read_info, read_run,
+                                       reopen, restore, run_status)
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -119,8 +119,9 @@ def prepare_data(config, data=None, log=print):
     else:
         data = data.grayscale() if config.grayscale else data
         data = data.binarize(config.seed) if config.binarize and not data.binarized else data
-    if config.likelihood == "bernoulli" and not data.is_binary():
-        raise AmortizedPyroError("the Bernoulli likelihood needs binary images (binarize them)")
+    if config.likelihood == "bernoulli" and not data.is_binary():  # a usage error: the options meet the data
+        raise InvalidSettings("--likelihood bernoulli needs binary images, and these are not: add --binarize",
+                              ["likelihood", "binarize"])
     return data
 
 
@@ -194,7 +195,7 @@ def resume(path, data=None, progress=True, log=print, **changes):
         reopen(path)
         status = run_status(path)
     if status != "partial":
-        raise AmortizedPyroError("%s has no checkpoint to resume from (%s)" % (path, status))
+        raise AmortizedPyroError("cannot resume %s: %s" % (path, describe(path)))
     config = replace(FitConfig(**info["config"]), **changes).check()
     device = resolve_device(config.device)
     data = run_data(path, info, config, data, log)
@@ -295,9 +296,13 @@ def load_run(path, device="cpu", data=None):
                      info["data"]["mean_image_mse"], path)
 
 
+def check_finished(run_dir):  # a cheap check, before work that needs the run finished
+    if run_status(run_dir) != "finished":
+        raise AmortizedPyroError("%s is not a finished run: %s" % (run_dir, describe(run_dir)))
+
+
 def finished_run(run_dir, device="cpu", log=print):
     """A finished run (:func:`load_run`) and its images, reloaded and checked, on ``device``."""
-    if run_status(run_dir) != "finished":
-        raise AmortizedPyroError("%s is not a finished run (%s)" % (run_dir, run_status(run_dir)))
+    check_finished(run_dir)
     result = load_run(run_dir, device)
     return result, run_data(run_dir, read_info(run_dir), result.config, None, log).to(result.device)

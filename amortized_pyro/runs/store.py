@@ -40,6 +40,7 @@ FORMAT = 3  # 1: Pyro param-store state (before the guides owned their parameter
 # as 3 (RENAMED_IN_3); 3: the guide's state_dict, q(θ) as q_theta.loc and q_theta.log_scale
 RENAMED_SETTINGS = {"elbo": "estimator"}  # config.json keys of earlier versions: their names today
 RENAMED_IN_3 = {"q_theta.loc_unconstrained": "q_theta.loc", "q_theta.scale_unconstrained": "q_theta.log_scale"}
+_WRITTEN = {}  # every file this process wrote here, in order: what an interrupted command can say it keeps
 
 
 def _upgrade(value):
@@ -56,6 +57,18 @@ def atomic_write(path, write):
     tmp = path.with_name(".%s.tmp-%d" % (path.name, os.getpid()))
     write(tmp)
     os.replace(tmp, path)
+    _WRITTEN[path] = None
+
+
+def writes():
+    """A mark for :func:`kept_since`: how many files this process has written so far."""
+    return len(_WRITTEN)
+
+
+def kept_since(mark):
+    """The files written since ``mark`` (:func:`writes`) that are still there (a run that failed before its
+    first checkpoint removes its own)."""
+    return [p for p in list(_WRITTEN)[mark:] if p.exists()]
 
 
 def write_report(path, report):
@@ -76,13 +89,30 @@ def reopen(path):
 
 def run_status(path):
     """"finished" (summary.json), "partial" (a checkpoint to resume from), "started" (run files, no
-    checkpoint yet), or "empty" (no run files, or no directory)."""
+    checkpoint yet), or "empty" (no run files, or no directory: :func:`describe` tells them apart)."""
     path = Path(path)
     if (path / "summary.json").exists():
         return "finished"
     if (path / "checkpoint.pt").exists():
         return "partial"
     return "started" if any((path / name).exists() for name in RUN_FILES) else "empty"
+
+
+STARTED = "it holds a run that never reached its first checkpoint (nothing to resume)"
+
+
+def describe(path):
+    """What ``path`` holds, as a clause for a message: it does not exist, holds no run, a run that never
+    reached its first checkpoint, an interrupted run (to resume), or a finished run."""
+    path = Path(path)
+    if not path.exists():
+        return "it does not exist"
+    if not path.is_dir():
+        return "it is a file, not a run directory"
+    return {"empty": "it holds no run",
+            "started": "%s; start it again with fit --out %s --overwrite and its options" % (STARTED, path),
+            "partial": "it holds an interrupted run (continue it with fit --resume %s)" % path,
+            "finished": "it holds a finished run"}[run_status(path)]
 
 
 def checkpoint_state(guide, state, device, rng=None):
@@ -157,6 +187,7 @@ class RunWriter:
         try:
             with open(self.out / "config.json", "x") as f:
                 f.write(json.dumps(info, indent=2) + "\n")
+            _WRITTEN[self.out / "config.json"] = None
         except FileExistsError:
             raise AmortizedPyroError("%s was just claimed by another run" % self.out) from None
         except OSError as e:
@@ -171,6 +202,7 @@ class RunWriter:
         """Append one metrics line with a single write, so a kill leaves whole lines only."""
         line = (json.dumps(to_json(record)) + "\n").encode()
         fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _WRITTEN[self.metrics_path] = None
         try:
             os.write(fd, line)
         finally:
@@ -243,12 +275,26 @@ def read_run(path):
     path = Path(path)
     status = run_status(path)
     if status == "finished":
+        read_summary(path)
         return read_info(path), load_history(path), _load(path, "params.pt")["guide"]
     if status == "partial":
         checkpoint = read_checkpoint(path)
         return read_info(path), [from_json(r) for r in checkpoint["history"]], checkpoint["guide"]
-    raise AmortizedPyroError("%s is not a run directory (%s)" % (path, "no run files" if status == "empty"
-                                                                     else "no checkpoint yet"))
+    raise AmortizedPyroError("%s is not a run directory: %s" % (path, describe(path)))
+
+
+def read_summary(path):
+    """A finished run's summary.json, refused in one line where it is not one (whose presence alone would
+    mark the run finished): the run's checkpoint writes it again."""
+    path = Path(path)
+    again = "remove it and run fit --resume %s to finish the run again from its last checkpoint" % path
+    try:
+        summary = _load(path, "summary.json")
+    except AmortizedPyroError as e:
+        raise AmortizedPyroError("%s: %s" % (e, again)) from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("final"), dict):
+        raise AmortizedPyroError("summary.json in %s is not a run's summary (no final record): %s" % (path, again))
+    return summary
 
 
 def read_checkpoint(path):

@@ -21,6 +21,7 @@ from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.runs.config import FitConfig, check_values, first_difference
 from amortized_pyro.runs.data import load_data
 from amortized_pyro.runs.layout import gap_report_path, grid_run_dir
+from amortized_pyro.runs.packs import is_pack
 from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status, write_report
 from amortized_pyro.study.executors import Job, run_local, run_ray
 from amortized_pyro.study.results import Results
@@ -70,18 +71,20 @@ WIDTHS = (1, 64, 128, 256)
 N_IMAGES = 5  # reconstructions shown per configuration
 
 
-def gap_reports(job, n_images, overwrite, log, settings=None):
+def gap_reports(job, n_images, overwrite, log, settings=None, progress=False, place=(0, 2)):
     """The gap reports (train, test) of a finished run: from ``RUN_DIR/gap-SPLIT.json`` where they were made
     with these settings from this very run (its ``run_id`` and epochs), else measured now
     (:func:`amortized_pyro.gap.measure.measure_run`) and saved there. A report of another run (retrained,
-    extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``."""
+    extended) is measured again, saying so; one made with other settings is refused unless ``overwrite``.
+    ``place``: (reports before these, reports in all), for the lines that say which is measured."""
     reports = []
     refine_steps = () if job.config.flow else COMPARE_REFINE  # a flow's factor is not Gaussian: no refinement rows
     settings = settings or COMPARE_GAP
     if job.config.flow:  # q* of a flow family at its lower flow_lr: twice the steps
         settings = replace(settings, max_steps=FLOW_STEPS_FACTOR * settings.max_steps)
     run = (read_info(job.run_dir).get("run_id"), len(load_history(job.run_dir)))
-    for split in ("train", "test"):
+    for number, split in enumerate(("train", "test"), place[0] + 1):
+        which = "gaps %d of %d: %s, %s images" % (number, place[1], job.name(), split)
         path = gap_report_path(job.run_dir, split)
         images = min(n_images, (job.data.train if split == "train" else job.data.test).shape[0])
         if path.exists():
@@ -90,12 +93,13 @@ def gap_reports(job, n_images, overwrite, log, settings=None):
                 log("%s was measured on another state of the run: measuring again" % path)
             elif settings.same_as(report["settings"], report.get("q_family") == "flow") and \
                     (report["n_images"], report.get("refine_steps")) == (images, list(refine_steps)):
+                log("%s: measured before (%s)" % (which, path.name))
                 reports.append(report)
                 continue
             elif not overwrite:
                 raise AmortizedPyroError("%s was measured with other settings: use --overwrite to measure again" % path)
-        log("measuring the gaps of %s on %s images" % (job.name(), split))
-        report = measure_run(job.run_dir, split, n_images, settings, refine_steps, job.config.device, log)
+        log("%s: measuring" % which)
+        report = measure_run(job.run_dir, split, n_images, settings, refine_steps, job.config.device, log, progress)
         write_report(path, report)
         reports.append(report)
     return reports
@@ -129,6 +133,10 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
         raise AmortizedPyroError("replicas pack seeds into one process: use the local executor")
     if (executor == "ray" or gap_images) and out is None:
         raise AmortizedPyroError("the Ray executor and the gap measurements need run directories: give --out")
+    if out and ((out / "config.json").exists() or is_pack(out)):
+        raise AmortizedPyroError("%s is a run directory of fit (it holds a run's config.json%s): a comparison writes "
+                                 "runs/ and results beside it there; give compare a folder of its own with --out"
+                                 % (out, "" if (out / "config.json").exists() else ", in seed*/"))
     if out:
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -160,10 +168,11 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
             results.save(out / "results.jsonl")
     results = assemble(jobs, finished, study, seeds[0])
     if gap_images:
-        for job in jobs:
-            if not isinstance(finished.get(id(job)), str):
-                results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings))
-                results.save(out / "results.jsonl")
+        measured = [job for job in jobs if not isinstance(finished.get(id(job)), str)]
+        for number, job in enumerate(measured):
+            results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings, progress,
+                                            (2 * number, 2 * len(measured))))
+            results.save(out / "results.jsonl")
     return results
 
 

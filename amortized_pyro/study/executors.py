@@ -22,6 +22,7 @@ from amortized_pyro.runs.packs import fit_pack
 from amortized_pyro.runs.store import read_checkpoint, run_status
 from amortized_pyro.support.signals import StopSignals
 
+STATES = {"finished": ", finished: loaded", "partial": ", resumed from its checkpoint"}  # how a run goes on
 RAY_INSTALL = "the Ray executor needs Ray: pip install -e \".[ray]\" (or pip install \"ray>=2.9\")"
 
 
@@ -57,8 +58,13 @@ def run_local(jobs, progress, log, replicas=1):
     a time as one batched model (:func:`amortized_pyro.runs.packs.fit_pack`) where the pack can train together
     (all new, or all checkpointed at one epoch, a supported configuration); otherwise, and after a pack
     stopped on one replica's error, one by one (each replica is its single run, so nothing changes but time)."""
+    jobs = list(jobs)
+    place = {id(job): number for number, job in enumerate(jobs, 1)}
     for group in packs(jobs, replicas):
         if len(group) > 1 and can_pack(group):
+            log("runs %d to %d of %d: %s, seeds %s as one batched model" % (
+                place[id(group[0])], place[id(group[-1])], len(jobs), group[0].label,
+                ", ".join(str(j.seed) for j in group)))
             try:
                 yield from zip(group, fit_pack([j.config for j in group], group[0].data, [j.run_dir for j in group],
                                                progress, log))
@@ -68,6 +74,8 @@ def run_local(jobs, progress, log, replicas=1):
             except AmortizedPyroError as e:
                 log("the pack of %s stopped (%s): its runs go on one by one" % (group[0].label, e))
         for job in group:
+            log("run %d of %d: %s%s" % (place[id(job)], len(jobs), job.name(), STATES.get(
+                run_status(job.run_dir) if job.run_dir else "empty", "")))
             try:
                 yield job, execute(job.config, job.data, job.run_dir, progress, log)
             except Interrupted:
@@ -155,6 +163,8 @@ def run_ray(jobs, progress, log, address=None, cpus_per_run=1.0, gpus_per_run=No
                     for line in lines:
                         log("%s: %s" % (job.name(), line))
                     bar.update()
+                    log("run %d of %d done: %s%s" % (bar.n, len(jobs), job.name(),
+                                                    "" if outcome == "finished" else " (failed)"))
                     if outcome != "finished":
                         failed += 1
                         yield job, outcome
