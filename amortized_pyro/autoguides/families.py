@@ -131,7 +131,9 @@ class AutoAmortizedNormal(AutoLocalGuide):
             return data
         if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function
             # of the model's arguments returns them in the plate's order: no check, no device sync per step)
-            if not callable(self.encoder_input) and not torch.equal(indices.cpu(), torch.arange(full)):
+            # a plate the recipe makes over every datapoint is 0..N-1 by construction: no check (no host sync per step)
+            in_order = self.recipe is not None and self.recipe.covers_all()
+            if not callable(self.encoder_input) and not in_order and not torch.equal(indices.cpu(), torch.arange(full)):
                 raise GuideError("the plate %r takes all %d datapoints in another order than its data's rows; "
                                          "give encoder_input=a function of the model's arguments returning the "
                                          "rows in the plate's order" % (self.plate, full))

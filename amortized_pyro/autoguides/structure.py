@@ -142,6 +142,10 @@ class PlateRecipe:
     size_from: object = None
     subsample_size_from: object = None
 
+    def covers_all(self):
+        """Whether the plate takes every datapoint, in order (``pyro.plate(name, len(x))``)."""
+        return self.indices_from is None and self.subsample_size >= self.size
+
     def plate(self, name, args, kwargs):
         """The data plate of a call with these arguments, as the model makes it."""
         size = _read(self.size_from, args, kwargs, self.size)
