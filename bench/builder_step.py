@@ -15,6 +15,9 @@ after --warmup steps each), so load on a shared CPU falls on both alike. Reporte
 ms per step, and of the per-block ratio B/A with its interquartile range.
 
     OMP_NUM_THREADS=1 python bench/builder_step.py --blocks 20 --steps 20 --warmup 20
+    python bench/builder_step.py --device cuda --blocks 20 --steps 20 --warmup 20
+
+With ``--device cuda`` the models and data live on the GPU and each block ends on ``torch.cuda.synchronize()``.
 """
 import argparse
 import os
@@ -83,7 +86,7 @@ def sides(make, plate, batch, args):
     made, losses = [], []
     for builder in (False, True):
         torch.manual_seed(args.seed)
-        m = make()
+        m = make().to(args.device)
         guide = AutoAmortizedNormal(m.model, plate=plate, encoder=m.body, init_scale=1.0) if builder else m.guide
         store = {"params": {}, "constraints": {}}
         with pyro.get_param_store().scope(store):
@@ -102,12 +105,19 @@ def sides(make, plate, batch, args):
     return made
 
 
+def synchronize(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def block(svi, store, batches, steps):
-    """ms per step over ``steps`` steps on the minibatches in turn."""
+    """ms per step over ``steps`` steps on the minibatches in turn (the device's queue drained at both ends)."""
     with pyro.get_param_store().scope(store):
+        synchronize(batches[0].device)
         start = time.perf_counter()
         for i in range(steps):
             svi.step(batches[i % len(batches)])
+        synchronize(batches[0].device)
         return (time.perf_counter() - start) / steps * 1e3
 
 
@@ -129,6 +139,7 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--validate", action="store_true", help="keep Pyro's argument validation on (off: default)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pyro.enable_validation(args.validate)
@@ -136,6 +147,7 @@ def main():
     print("|---|---|---|---|---|---|")
     for name in args.models:
         sizes, plate, make, batches = setups(args)[name]
+        batches = [b.to(args.device) for b in batches]
         (svi_a, store_a), (svi_b, store_b) = sides(make, plate, batches[0], args)
         block(svi_a, store_a, batches, args.warmup)
         block(svi_b, store_b, batches, args.warmup)

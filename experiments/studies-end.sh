@@ -13,12 +13,15 @@
 #   python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
 # Use: experiments/studies-end.sh MNIST_IDX_FOLDER, or all through the driver: python experiments/study.py studies-end
 # STUDIES=original runs one study only (default: seed original); JOBS=1 runs one job at a time, e.g. beside
-# another heavy job on a 2-core machine.
+# another heavy job on a 2-core machine. On a GPU (issue 51): DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 trains the
+# seeds of each configuration as replicas of one batched model, RUNS=runs/cuda keeps them apart from the CPU's
+# seed-0 runs, CHECKPOINT=1m checkpoints more often, JOBS=7 runs every configuration at once (the GPU is far from
+# full with one; each job is one CPU thread driving it). Defaults: cpu, seed 0, 1 replica, runs, 5m.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-mkdir -p runs
+mkdir -p "${RUNS:-runs}"
 jobs=()
 for study in ${STUDIES:-seed original}; do
   case $study in
@@ -35,9 +38,10 @@ for job in "${jobs[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do sleep 5; done
   preset=experiments/$1-study.toml; [ "$2" = elbo ] && preset=experiments/$1-study-elbo.toml
   length=(); [ "$1" = original ] && length=(--epochs 6250)  # 50,000 steps of B = 1,000 at N = 8,000
-  out="runs/end-$1-$2-$3"; [ "$4" = 64 ] || out="$out-k$4"
+  out="${RUNS:-runs}/end-$1-$2-$3"; [ "$4" = 64 ] || out="$out-k$4"
   python -m amortized_pyro compare --config "$preset" --dataset "$data" --n-obs 8000 --n-test 2000 --guides "$3" \
-    --widths "$4" --seeds 0 "${length[@]}" --eval-every 50 --checkpoint-every 5m --no-progress \
+    --widths "$4" --seeds "${SEEDS:-0}" --replicas "${REPLICAS:-1}" --device "${DEVICE:-cpu}" "${length[@]}" \
+    --eval-every 50 --checkpoint-every "${CHECKPOINT:-5m}" --no-progress \
     --study "$1 study ($2)" --out "$out" \
     >> "$out.log" 2>&1 &  # appended: a resumed run keeps the log of its earlier sessions
 done
