@@ -12,13 +12,13 @@
 #   pytest.txt    the whole suite on the GPU machine (6 workers), beside the studies
 #   runs-small.tar.gz, params.tar.gz
 #                 the original study at its full length (experiments/studies-end.sh, STUDIES=original): its 7
-#                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default
-#                 540) have passed, when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
+#                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default 540) have passed (BENCH=0 skips the benches; WORKERS, PYTEST_LIMIT: pytest's workers and time limit), when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
 #                 and the A-VI k = 64 runs' params.pt (for their gaps)
 set -u
 OUT=${OUT:-/tmp/cuda-session}
 mkdir -p "$OUT" /tmp/bin
-ln -sf "$(command -v python3)" /tmp/bin/python
+# `python` (experiments/studies-end.sh) as the image's python3: a wrapper, since a link outside its venv loses the venv
+printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/bin/python && chmod +x /tmp/bin/python
 export PATH=/tmp/bin:$PATH PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
   || exit 1
@@ -26,19 +26,20 @@ export PYTHONPATH=/tmp/site:$PWD
 { date -u; nvidia-smi; python3 -c "import torch, pyro, zuko; print('torch', torch.__version__, 'cuda', torch.version.cuda,
 torch.cuda.get_device_name(), 'pyro', pyro.__version__, 'zuko', zuko.__version__)"; nproc; } > "$OUT/env.txt" 2>&1
 echo "[$SECONDS s] bench_step" | tee -a "$OUT/bench.txt"
-timeout 70 python3 bench/bench_step.py --device cuda --dataset .gpu/mnist --configs reference --rounds 5 --steps 10 \
+[ "${BENCH:-1}" = 1 ] && timeout 70 python3 bench/bench_step.py --device cuda --dataset .gpu/mnist --configs reference --rounds 5 --steps 10 \
   >> "$OUT/bench.txt" 2>&1
 echo "[$SECONDS s] studies start" | tee -a "$OUT/bench.txt"
 DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 RUNS=runs/cuda CHECKPOINT=1m JOBS=7 STUDIES=original \
   bash experiments/studies-end.sh .gpu/mnist &
 studies=$!
-timeout 280 python3 -m pytest -q -n 6 -p no:cacheprovider > "$OUT/pytest.txt" 2>&1
+timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
+  > "$OUT/pytest.txt" 2>&1
 echo "[$SECONDS s] pytest exit $?" | tee -a "$OUT/bench.txt"
-timeout 90 python3 -m pytest -q -s -p no:cacheprovider tests/test_reliability.py -k cuda >> "$OUT/bench.txt" 2>&1
+[ "${BENCH:-1}" = 1 ] && timeout 90 python3 -m pytest -q -s -p no:cacheprovider tests/test_reliability.py -k cuda >> "$OUT/bench.txt" 2>&1
 echo "[$SECONDS s] syncs" | tee -a "$OUT/bench.txt"
-timeout 60 python3 bench/cuda_syncs.py --device cuda >> "$OUT/bench.txt" 2>&1
+[ "${BENCH:-1}" = 1 ] && timeout 60 python3 bench/cuda_syncs.py --device cuda >> "$OUT/bench.txt" 2>&1
 echo "[$SECONDS s] builder_step" | tee -a "$OUT/bench.txt"
-timeout 45 python3 bench/builder_step.py --device cuda --blocks 6 --steps 10 --warmup 10 >> "$OUT/bench.txt" 2>&1
+[ "${BENCH:-1}" = 1 ] && timeout 45 python3 bench/builder_step.py --device cuda --blocks 6 --steps 10 --warmup 10 >> "$OUT/bench.txt" 2>&1
 echo "[$SECONDS s] waiting for the studies" | tee -a "$OUT/bench.txt"
 while kill -0 $studies 2>/dev/null && [ $SECONDS -lt "${DEADLINE:-540}" ]; do sleep 5; done
 pkill -TERM -f "amortized_pyro compare"
@@ -46,6 +47,6 @@ for _ in $(seq 20); do pgrep -f "amortized_pyro compare" > /dev/null || break; s
 echo "[$SECONDS s] studies stopped or done" | tee -a "$OUT/bench.txt"
 tar czf "$OUT/runs-small.tar.gz" --exclude='*.pt' runs/cuda
 tar czf "$OUT/params.tar.gz" runs/cuda/end-original-*-amortized/runs/*/*/params.pt 2>/dev/null
-tail -3 "$OUT/pytest.txt"; cat "$OUT/bench.txt" | tail -60
+grep -E "^(FAILED|ERROR)|passed|failed|node down" "$OUT/pytest.txt"; cat "$OUT/bench.txt" | tail -60
 for f in runs/cuda/end-*/runs/*/*seed0/metrics.jsonl; do echo "$f: $(tail -1 "$f" | cut -c1-150)"; done
 ls -la "$OUT"

@@ -39,6 +39,10 @@ for job in "${jobs[@]}"; do
   preset=experiments/$1-study.toml; [ "$2" = elbo ] && preset=experiments/$1-study-elbo.toml
   length=(); [ "$1" = original ] && length=(--epochs 6250)  # 50,000 steps of B = 1,000 at N = 8,000
   out="${RUNS:-runs}/end-$1-$2-$3"; [ "$4" = 64 ] || out="$out-k$4"
+  mirror=figures/studies-end/$(basename "$out")  # a finished seed-0 CPU run's small files, committed
+  if [ "${RUNS:-runs}" = runs ] && [ -f "$mirror/results.jsonl" ] && [ ! -d "$out" ]; then
+    echo "studies-end.sh: $out finished earlier (its files are in $mirror): not run again"; continue
+  fi
   python -m amortized_pyro compare --config "$preset" --dataset "$data" --n-obs 8000 --n-test 2000 --guides "$3" \
     --widths "$4" --seeds "${SEEDS:-0}" --replicas "${REPLICAS:-1}" --device "${DEVICE:-cpu}" "${length[@]}" \
     --eval-every 50 --checkpoint-every "${CHECKPOINT:-5m}" --no-progress \

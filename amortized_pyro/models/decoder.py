@@ -38,12 +38,14 @@ class FixedScaleNormal(dist.Normal):
 
     The same density as ``dist.Normal(loc, scale)``, log N(v | m, s²) = −(v − m)² / 2s² − log s − ½ log 2π,
     but computed without materialising the broadcast scale: torch's Normal squares and logs it elementwise,
-    which for the 1,000 × 784 likelihood costs as much as the residual itself.
+    which for the 1,000 × 784 likelihood costs as much as the residual itself. The scale tensor is filled on
+    ``loc``'s device (``new_full``), not copied from a Python float as torch's Normal would: on CUDA that copy
+    waited for the GPU at every site of every step (10 host syncs a step, counted by bench/cuda_syncs.py).
     """
 
     def __init__(self, loc, scale, validate_args=None):
         self.fixed_scale = float(scale)
-        super().__init__(loc, self.fixed_scale, validate_args=validate_args)
+        super().__init__(loc, loc.new_full((), self.fixed_scale), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         return FixedScaleNormal(self.loc.expand(batch_shape), self.fixed_scale, validate_args=False)
