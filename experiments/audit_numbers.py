@@ -1,0 +1,117 @@
+"""The numbers behind issue 49's corrections to docs/results.md, recomputed from committed files only:
+
+  capacity     which images each fresh encoder's gaps were measured on (the gap seed is the encoder seed), and the
+               fresh k = 64, depth-2 encoders against the run's own encoder on identical images (encoder seed 0's
+               images are the run's own report's)
+  held-out     the "more images for the encoder alone" trend run by run: per run, the held-out gap's change from
+               500 to 1,000 and from 1,000 to 2,500 training images, its mean ± s.e. over the runs and the signs;
+               the regularizers' smallest detectable effect (2 × the paired s.e. over runs)
+  gap-vs-n     the training gap's steps between N (their difference in s.e.), how many training images 20 and 100
+               refinement steps from the encoder's output beat q* at each N, and AIS − IWAE unrounded
+  converged    the ELBO gained over the last tenth of steps, as figures/converged/gaps.md holds it
+
+    python experiments/audit_numbers.py
+
+Every number is printed with where it comes from; docs/results.md quotes them.
+"""
+import glob
+import json
+import math
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(path):
+    return [json.loads(line) for line in (ROOT / path).read_text().splitlines() if line.strip()]
+
+
+def mean_se(values):
+    values = list(values)
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return statistics.fmean(values), se
+
+
+def fmt(values):
+    m, se = mean_se(values)
+    signs = "every run" if all(v > 0 for v in values) or all(v < 0 for v in values) else "signs mixed"
+    return "%.1f ± %.1f (per run: %s; %s)" % (m, se, ", ".join("%.1f" % v for v in values), signs)
+
+
+def capacity():
+    print("## capacity (figures/capacity/capacity.jsonl)")
+    table = rows("figures/capacity/capacity.jsonl")
+    sets = {(r["seed"], r["split"]): r["images"][:3] for r in table}
+    for (seed, split), first in sorted(sets.items()):
+        print("encoder seed %d, %s: gap seed %d, first images %s" % (seed, split, seed, first))
+    own = {}
+    for split in ("train", "test"):
+        report = json.loads((ROOT / ("figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % split)).read_text())
+        own[split] = (report["images"][:3], report["amortization_gap"])
+    for split in ("train", "test"):
+        fresh = [r for r in table if (r["width"], r["depth"], r["seed"], r["split"]) == (64, 2, 0, split)][0]
+        images, gap = own[split]
+        print("%s, identical images (%s): fresh k=64 depth 2, encoder seed 0: %.1f ± %.1f; the run's own encoder: "
+              "%.1f ± %.1f (± over the 20 images)" % (split, "same" if images == fresh["images"][:3] else "DIFFER",
+                                                       fresh["amortization_gap"]["mean"],
+                                                       fresh["amortization_gap"]["stderr"], gap["mean"], gap["stderr"]))
+
+
+def held_out():
+    print("\n## held-out (figures/held-out/held_out.jsonl)")
+    gap = defaultdict(dict)  # (width, set, regularizer, strength) -> run -> image-mean gap
+    for r in rows("figures/held-out/held_out.jsonl"):
+        key = (r["width"], r["train_on"], r["set"], r["regularizer"], r["strength"])
+        gap[key][r["run"]] = r["amortization_gap"]["mean"]
+    for width in (64, 1024):
+        for a, b in ((500, 1000), (1000, "train")):  # "train": all 2,500 training images
+            first, second = gap[(width, a, "test", "none", 0.0)], gap[(width, b, "test", "none", 0.0)]
+            print("k=%d, held-out gap, %s -> %s images: change %s" % (
+                width, a, b, fmt([second[run] - first[run] for run in sorted(first)])))
+    plain = gap[(64, "train", "test", "none", 0.0)]
+    for (width, train_on, split, regularizer, strength), per_run in sorted(gap.items(), key=str):
+        if regularizer != "none" and split == "test" and width == 64:
+            diffs = [per_run[run] - plain[run] for run in sorted(per_run)]
+            m, se = mean_se(diffs)
+            print("k=64 %s %g, held-out gap minus the plain encoder's: %s; smallest effect 3 runs could detect "
+                  "(2 × s.e., 2 degrees of freedom): %.0f nats" % (regularizer, strength, fmt(diffs), 2 * se))
+
+
+def gap_vs_n():
+    print("\n## gap-vs-n (figures/gap-vs-n/n*/reports)")
+    for n in ("1000", "2500", "8000"):
+        beat = defaultdict(int)
+        total, ais_iwae = 0, []
+        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/reports/*-gap-train.json" % n)))):
+            report = json.loads(Path(path).read_text())
+            total += len(report["images"])
+            for row in report["refinement"]:
+                beat[row["steps"]] += sum(v < 0 for v in row["per_image"])
+        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/reports/*.json" % n)))):
+            report = json.loads(Path(path).read_text())
+            ais_iwae.append((report["split"], -report["iwae_minus_ais"]["mean"]))
+        print("N %s: training images where refinement from the encoder's output beats q*: %s of %d; AIS − IWAE per "
+              "report (split, nats): %s" % (n, ", ".join("%d steps %d" % kv for kv in sorted(beat.items()) if kv[0]),
+                                            total, ", ".join("%s %.2f" % sv for sv in ais_iwae)))
+    text = (ROOT / "figures/gap-vs-n/gaps.md").read_text()
+    print("gaps.md's training rows (amortization gap column as printed):")
+    for line in text.splitlines():
+        if re.match(r"\| *A-VI.*\| *train *\|", line) or re.match(r"\| *[0-9,]+ *\| *train", line):
+            print("  " + line[:160])
+
+
+def converged():
+    print("\n## converged (figures/converged/gaps.md)")
+    for line in (ROOT / "figures/converged/gaps.md").read_text().splitlines():
+        if "last 10%" in line or re.match(r"\| (A-VI k=64|F-VI) \| 3 \| [0-9]", line):
+            print("  " + line)
+
+
+if __name__ == "__main__":
+    capacity()
+    held_out()
+    gap_vs_n()
+    converged()
