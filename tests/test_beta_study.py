@@ -1,0 +1,51 @@
+"""experiments/beta_study.py's report on two tiny finished runs of the shapes (β 1 and 4): its table holds each
+β's row with the identity E_q log p(x|z) = ELBO + KL, the MIG, and its figure the points it plots."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from amortized_pyro.runs.shapes import write_shapes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("beta")
+    shapes = write_shapes(tmp / "shapes.npz", 300, 60, seed=0)
+    for beta in (1, 4):
+        done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", "--config", "experiments/beta-study.toml",
+                               "--dataset", str(shapes), "--n-obs", "300", "--n-test", "60", "--batch-size", "100",
+                               "--hidden", "32", "--width", "16", "--epochs", "2", "--eval-every", "2",
+                               "--kl-weight", str(beta), "--no-progress",
+                               "--out", str(tmp / "runs" / ("shapes-standard-b%d-s0" % beta))],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "experiments/beta_study.py", "report", str(tmp / "runs"), "--shapes",
+                           str(shapes), "--out", str(tmp / "out")], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return tmp / "out"
+
+
+def test_the_table_holds_each_beta_with_its_identities(report):
+    rows = [json.loads(line) for line in (report / "beta.jsonl").read_text().splitlines()]
+    assert sorted(r["beta"] for r in rows) == [1.0, 4.0]
+    for r in rows:
+        assert r["reconstruction"] == pytest.approx(r["elbo"] + r["kl"])
+        assert r["kl"] == pytest.approx(sum(r["kl_per_dim"])) and min(r["kl_per_dim"]) >= -1e-6
+        assert 0 <= r["mig"] <= 1 and 0 <= r["active_units"] <= 10
+        assert r["amortization_gap"] is None  # no gap report was written for these runs
+    table = (report / "beta.md").read_text()
+    assert table.count("| shapes | standard |") == 2 and "%.1f" % rows[0]["elbo"] in table
+    assert "| n/a |" in table  # the missing gap says so
+
+
+def test_the_figures_are_drawn(report):
+    for name in ("beta.png", "traversal-shapes.png"):
+        image = matplotlib.image.imread(report / name)
+        assert image.shape[0] > 300 and np.std(image[..., :3]) > 0.05  # not blank
