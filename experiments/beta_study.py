@@ -67,7 +67,8 @@ def run(args):
             if out.exists():
                 python("fit", "--resume", str(out), "--no-progress")
             else:
-                python("fit", "--config", PRESET, "--dataset", data[dataset], "--kl-weight", str(beta), "--seed",
+                python("fit", "--config", PRESET, "--guide", "amortized", "--width", "64", "--dataset", data[dataset],
+                       "--kl-weight", str(beta), "--seed",
                        str(seed), "--decoder-prior", "none" if decoder == "standard" else "normal", "--no-progress",
                        "--out", str(out))
         if not (out / "gap-test.json").exists():

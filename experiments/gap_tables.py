@@ -34,8 +34,9 @@ from matplotlib.patches import Patch
 
 from amortized_pyro.gap.pooling import gap_over_seeds, paired_over_seeds, seed_groups, unpaired_because
 from amortized_pyro.models.guides import display_order
+from amortized_pyro.report.marks import capped_q_m, capped_q_star, ordered, plus_minus
 from amortized_pyro.report.style import save_figure, subplots
-from amortized_pyro.report.tables import capped_q_m, capped_q_star, format_reports, ordered, plus_minus
+from amortized_pyro.report.tables import format_reports
 from amortized_pyro.support.stats import mean_stderr
 from amortized_pyro.runs.store import load_history, read_info
 

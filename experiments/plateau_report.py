@@ -12,8 +12,8 @@ import argparse
 from pathlib import Path
 
 from amortized_pyro.models.guides import display_order
+from amortized_pyro.report.marks import plus_minus
 from amortized_pyro.report.style import configuration_colors, legend_outside, save_figure, subplots
-from amortized_pyro.report.tables import plus_minus
 from amortized_pyro.study.results import Results, leaves_plateau
 from amortized_pyro.support.stats import mean_stderr
 

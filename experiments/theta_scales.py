@@ -10,7 +10,7 @@ import argparse
 from collections import defaultdict
 
 from amortized_pyro.models.guides import config_label, display_order
-from amortized_pyro.report.tables import plus_minus
+from amortized_pyro.report.marks import plus_minus
 from amortized_pyro.runs.fit import load_run
 from amortized_pyro.support.stats import mean_stderr
 

@@ -1,8 +1,11 @@
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.container import ErrorbarContainer
+from matplotlib.figure import Figure
 
 import pyro
 
@@ -41,6 +44,30 @@ def tiny_data(sample_data):
     return Data(sample_data.train[:120], sample_data.test[:30], sample_data.source)
 
 
+class SavedFigures(dict):
+    """{file name: figure} of every figure saved while a test runs, in the order each was last saved."""
+
+    @property
+    def last(self):
+        """The figure saved last."""
+        return next(reversed(self.values()))
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every figure saved while the test runs (:class:`SavedFigures`), caught at ``Figure.savefig`` and still
+    written, so that a test reads what a figure shows (its lines, labels, legend) and not only that a file exists."""
+    figures, save = SavedFigures(), Figure.savefig
+
+    def catch(fig, path, *args, **kwargs):
+        figures.pop(Path(path).name, None)  # saved again: now the last
+        figures[Path(path).name] = fig
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", catch)
+    return figures
+
+
 def same_records(a, b):
     """Lists of dicts equal key for key, NaN equal to NaN (pytest.approx takes no nested structures)."""
     def same(x, y):
@@ -53,6 +80,14 @@ def legend_clear_of(ax):
     renderer = FigureCanvasAgg(ax.figure).get_renderer()  # a renderer for the figure, whatever its canvas
     legend = ax.get_legend()
     return legend is not None and not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def labelled_points(ax):
+    """{legend label: (x, y) of its points} of the axes' labelled lines and error bars (an error bar's points:
+    its container's data line; caps, bars and unlabelled lines left out)."""
+    lines = [(c.get_label(), c.lines[0]) for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    return {label: (list(line.get_xdata()), list(line.get_ydata()))
+            for label, line in lines + [(line.get_label(), line) for line in ax.get_lines()] if not label.startswith("_")}
 
 
 def tiny_finished_run(out):

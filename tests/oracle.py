@@ -3,7 +3,8 @@
     ELBO = β [log p(θ) − log q(θ)] + (N / B) Σ_{n ∈ batch} [log p(x_n | z_n, θ) + β (log p(z_n) − log q(z_n))]
 
 with p(θ) = N(0, prior_scale²), p(z) = N(0, I), p(x | z, θ) = N(Ω(z; θ), obs_scale² I) or
-Bernoulli(sigmoid(Ω(z; θ))), q Gaussian, and β the KL warm-up's scale (1: the ELBO itself).
+Bernoulli(sigmoid(Ω(z; θ))), q Gaussian, and β the KL warm-up's scale (1: the ELBO itself); and the
+conditional model's (:func:`conditional_elbo`), whose decoder and encoder read the one-hot label beside z and x.
 It never calls the package's model, decoder or guides. The benchmark's handwritten step uses it too.
 """
 import math
@@ -78,3 +79,18 @@ def meanfield_elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=
     kl_theta = sum(kl_normal(*q_theta[l], prior_scale).sum() for l in LAYERS)
     kl_z = kl_normal(q_z[0], q_z[1], 1.0).sum()
     return scale * log_lik.sum() - kl_scale * (kl_theta + scale * kl_z)
+
+
+def conditional_elbo(x, codes, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0):
+    """The ELBO of the conditional model (a CVAE) at one draw (θ, z), for a minibatch x with one-hot labels
+    ``codes`` e_c: the decoder reads [z, e_c]; p(z | c) = N(M e_c, diag exp(S e_c)²) where θ holds M and S
+    (``prior_loc``, ``prior_log_scale``, [z_dim, K], under the decoder's prior and mean-field q), else N(0, I)."""
+    log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in q_theta)
+    log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in q_theta)
+    out = mlp(torch.cat([z, codes], -1), [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    if "prior_loc" in theta:
+        m, s = codes @ theta["prior_loc"].T, torch.exp(codes @ theta["prior_log_scale"].T)
+    else:
+        m, s = 0.0, 1.0
+    local = log_normal(x, out, obs_scale).sum() + log_normal(z, m, s).sum() - log_normal(z, *q_z).sum()
+    return log_p_theta - log_q_theta + scale * local

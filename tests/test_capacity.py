@@ -12,9 +12,12 @@ from amortized_pyro.autoguides.capacity import EncoderTraining
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.gap.capacity import train_encoder
 from amortized_pyro.gap.measure import measure
+from amortized_pyro.gap.pooling import over_seeds
 from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.report.gap_figures import SHORT
+from amortized_pyro.report.marks import plus_minus
 
-from conftest import tiny_finished_run
+from conftest import labelled_points, tiny_finished_run
 from test_gap import Linear
 
 
@@ -35,12 +38,28 @@ def test_a_converged_encoder_closes_the_gap_where_it_can():
         assert untrained["mean"] > gap["mean"] + 4 * untrained["stderr"]  # a one-epoch encoder is well off
 
 
+def capacity_figure_shows_the_rows(fig, gap):
+    """capacity.png: the amortization gap against width, a line per depth and split holding the sweep's means
+    over seeds (``gap``), each named in the legend, the widths as ticks, every point marked short (3 epochs: the cap)."""
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "encoder width k" and "amortization gap" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4", "16"]
+    points = labelled_points(ax)
+    names = {(d, split): "%d hidden layer%s, %s images" % (d, "s" * (d > 1), split) for d in (1, 2)
+             for split in ("train", "test")}
+    for (d, split), name in names.items():
+        assert points[name] == ([4, 16], [pytest.approx(gap[w, d, split]["mean"]) for w in (4, 16)])
+    short = sorted((x, y) for line in ax.get_lines() if line.get_marker() == "x" for x, y in zip(*line.get_data()))
+    assert short == sorted((w, v["mean"]) for (w, _, _), v in gap.items())  # a × on every point: all at the epoch cap
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [SHORT] + list(names.values())
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     return tiny_finished_run(tmp_path_factory.mktemp("capacity") / "run")
 
 
-def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
+def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run, saved_figures):
     args = ["capacity", str(finished_run), "--widths", "4,16", "--depths", "1,2", "--seeds", "0,1", "--n-images", "5",
             "--max-epochs", "3", "--encoder-window", "2", "--encoder-batch-size", "20", "--theta-draws", "1", "--importance-samples", "20",
             "--samples", "5", "--max-steps", "50", "--window", "10", "--ais-steps", "0"]
@@ -66,7 +85,11 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run):
     assert [gap_seed for gap_seed, _ in images[1, "test"]] == [1]
     table = (finished_run / "capacity" / "capacity.md").read_text()
     assert table.count("\n| 4 | 1 | train | 2 | 5 |") == 1 and "| 16 | 2 | test | 2 | 5 |" in table
-    assert (finished_run / "capacity" / "capacity.png").exists()
+    gap = {(w, d, split): over_seeds([r["amortization_gap"] for r in rows if (r["width"], r["depth"], r["split"]) ==
+                                      (w, d, split)]) for w in (4, 16) for d in (1, 2) for split in ("train", "test")}
+    for (w, d, split), value in gap.items():  # the table's amortization gap: the mean over seeds ± their s.e.
+        assert "| %d | %d | %s | 2 | 5 | 3 | 2 | %s |" % (w, d, split, plus_minus(value)) in table
+    capacity_figure_shows_the_rows(saved_figures["capacity.png"], gap)
     other = CliRunner().invoke(cli, args[:11] + ["4"] + args[12:])  # other settings: never mixed, never overwritten
     assert other.exit_code == 1 and "--overwrite" in other.output and len(other.output.strip().splitlines()) == 1
     bad = CliRunner().invoke(cli, ["capacity", str(finished_run), "--widths", "0"])

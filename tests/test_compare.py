@@ -19,7 +19,6 @@ from amortized_pyro.study.comparison import compare, configurations
 from amortized_pyro.study.results import Results, leaves_plateau
 
 from conftest import legend_clear_of, same_records
-from test_figures_read import saved  # noqa: F401 (a fixture: the figures saved, by file name)
 
 TINY = dict(dataset="mnist-sample", n_obs=60, n_test=20, epochs=4, batch_size=30, hidden=16, z_dim=4,
             device="cpu", eval_every=2, progress=False, log=lambda line: None)
@@ -84,32 +83,32 @@ def test_summary_reports_gap_to_fvi(tiny):
     assert table["A-VI k=8"]["seeds"] == 2 and "| A-VI k=8 |" in format_summary(results.summary())
 
 
-def test_plot_draws_every_figure_from_the_saved_table(tiny, tmp_path, saved):
+def test_plot_draws_every_figure_from_the_saved_table(tiny, tmp_path, saved_figures):
     """Every figure from results.jsonl alone, read where it is saved (what it shows, not the file's size)."""
     out, _ = tiny
     results = Results.load(out / "results.jsonl")
     paths = plot_all(results, tmp_path)
-    assert {p.name for p in paths} == set(saved) == {
+    assert {p.name for p in paths} == set(saved_figures) == {
         "fig1_neg_elbo.png", "fig2_train_mse.png", "fig3_test_mse.png", "fig4_speed.png",
         "fig5_reconstructions_mnist-sample.png", "fig6_elbo_seeds.png"}
 
     def mean(label, key):  # over seeds, at the evaluated epochs 2 and 4
         return [statistics.fmean(r[key] for r in results.rows if (r["label"], r["epoch"]) == (label, e)) for e in (2, 4)]
 
-    (ax,) = saved["fig1_neg_elbo.png"].axes  # ELBOs below 0 throughout: −ELBO on a log scale
+    (ax,) = saved_figures["fig1_neg_elbo.png"].axes  # ELBOs below 0 throughout: −ELBO on a log scale
     assert ax.get_ylabel().startswith("−ELBO per observation") and ax.get_yscale() == "log"
     assert curves(ax)["F-VI"] == pytest.approx([-v for v in mean("F-VI", "elbo_per_obs")])
     for name, split in (("fig2_train_mse.png", "train"), ("fig3_test_mse.png", "test")):
-        (ax,) = saved[name].axes
+        (ax,) = saved_figures[name].axes
         assert ax.get_ylabel() == "%s reconstruction MSE" % split
         assert curves(ax)["A-VI k=8 (plugin)"] == pytest.approx(mean("A-VI k=8", "%s_plugin_mse" % split))
     summary = {r["label"]: r for r in results.summary()}
-    _, bottom = saved["fig4_speed.png"].axes
+    _, bottom = saved_figures["fig4_speed.png"].axes
     assert [p.get_height() for p in bottom.patches] == pytest.approx(
         [summary[label]["ms_per_epoch"][0] for label in ("A-VI k=8", "F-VI")])
-    grid = saved["fig5_reconstructions_mnist-sample.png"]
+    grid = saved_figures["fig5_reconstructions_mnist-sample.png"]
     assert sum(len(ax.get_images()) for ax in grid.axes) == sum(len(r["images"]) for r in results.reconstructions)
-    panels = [ax for ax in saved["fig6_elbo_seeds.png"].axes if ax.get_visible()]
+    panels = [ax for ax in saved_figures["fig6_elbo_seeds.png"].axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == ["mnist-sample: A-VI k=8", "mnist-sample: F-VI"]
 
 
@@ -180,28 +179,28 @@ def test_configurations_and_bad_grids():
         configurations(["nope"], [1])
 
 
-def test_compare_and_plot_commands(tmp_path, saved):
+def test_compare_and_plot_commands(tmp_path, saved_figures):
     args = ["compare", "--guides", "shared,amortized", "--widths", "4", "--seeds", "0", "--dataset", "mnist-sample",
             "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3",
             "--no-progress", "--device", "cpu", "--out", str(tmp_path / "cmp")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "| constant-VI |" in result.output and (tmp_path / "cmp" / "summary.md").exists()
-    assert len(list((tmp_path / "cmp").glob("fig*.png"))) == len(saved) == 6
-    compared = {name: drawn(fig) for name, fig in saved.items()}
-    assert [line.get_label() for line in saved["fig2_train_mse.png"].axes[0].get_lines()][:2] == [
+    assert len(list((tmp_path / "cmp").glob("fig*.png"))) == len(saved_figures) == 6
+    compared = {name: drawn(fig) for name, fig in saved_figures.items()}
+    assert [line.get_label() for line in saved_figures["fig2_train_mse.png"].axes[0].get_lines()][:2] == [
         "A-VI k=4 (plugin)", "constant-VI (plugin)"]
-    saved.clear()
+    saved_figures.clear()
     result = CliRunner().invoke(cli, ["plot", str(tmp_path / "cmp" / "results.jsonl"), "--out", str(tmp_path / "re")])
     assert result.exit_code == 0 and len(list((tmp_path / "re").glob("fig*.png"))) == 6
-    assert {name: drawn(fig) for name, fig in saved.items()} == compared  # redrawn from results.jsonl alone, the same
+    assert {name: drawn(fig) for name, fig in saved_figures.items()} == compared  # redrawn from results.jsonl alone, the same
     bad = CliRunner().invoke(cli, ["compare", "--widths", "0"])
     assert bad.exit_code == 2 and "widths" in bad.output
     missing = CliRunner().invoke(cli, ["plot", str(tmp_path / "nothing.jsonl")])
     assert missing.exit_code == 1 and missing.output.strip().splitlines()[-1].startswith("Error: no results file")
 
 
-def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch, saved):
+def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch, saved_figures):
     monkeypatch.setattr(comparison, "COMPARE_GAP", SMALL_GAP)
     args = ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0,1", "--dataset",
             "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8",
@@ -219,7 +218,7 @@ def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch, saved)
     row = "| A-VI k=4 | test | 2 | 5 |"
     line = next(line for line in (tmp_path / "cmp" / "summary.md").read_text().splitlines() if line.startswith(row))
     assert line.split(" | ")[8] == "%.1f ± %.1f" % (sum(means) / 2, abs(means[0] - means[1]) / 2)
-    left, right = saved["fig7_gaps.png"].axes  # fig7 draws what the table holds
+    left, right = saved_figures["fig7_gaps.png"].axes  # fig7 draws what the table holds
     shown = {c.get_label(): c.lines[0].get_ydata()[0] for c in left.containers}
     assert shown == pytest.approx({"A-VI, test images": sum(means) / 2, "A-VI, train images": statistics.fmean(
         g["amortization_gap"]["mean"] for g in gaps if (g["label"], g["split"]) == ("A-VI k=4", "train"))})

@@ -11,25 +11,11 @@ from pathlib import Path
 import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Text
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 SOURCE = "synthetic images for a test"
-
-
-@pytest.fixture
-def saved(monkeypatch):
-    """The figures a script saves, in order (each still written)."""
-    figures, save = [], Figure.savefig
-
-    def catch(fig, *args, **kwargs):
-        figures.append(fig)
-        return save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", catch)
-    return figures
 
 
 def run_script(monkeypatch, name, *args):
@@ -88,13 +74,13 @@ def errorbar_xs(ax):
             for segment in lines.get_segments() for x, _ in segment]
 
 
-def test_a_missing_gap_is_drawn_as_missing(tmp_path, monkeypatch, saved):
+def test_a_missing_gap_is_drawn_as_missing(tmp_path, monkeypatch, saved_figures):
     """F-VI has no held-out amortization gap: no bar and no error bar there (not a zero bar), "n/a" instead."""
     write_run(tmp_path / "study", "A-VI_k_8-seed0", [gap_report("A-VI k=8", s, None) for s in ("train", "test")])
     write_run(tmp_path / "study", "F-VI-seed0", [gap_report("F-VI", "train", None),
                                                  gap_report("F-VI", "test", None, amortization=None)])
     run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
-    amortization = saved[-1].axes[0]
+    amortization = saved_figures.last.axes[0]
     assert [t.get_text() for t in amortization.get_xticklabels()] == ["A-VI k=8", "F-VI"]
     # F-VI's tick is at 1, its test bar right of it: nothing drawn there but the note
     assert len(bar_centres(amortization)) == 3 and max(bar_centres(amortization)) < 1
@@ -102,15 +88,15 @@ def test_a_missing_gap_is_drawn_as_missing(tmp_path, monkeypatch, saved):
     assert [t.get_position()[0] > 1 for t in amortization.texts if t.get_text() == "n/a"] == [True]
     low, high = amortization.get_xlim()  # the note inside the axes, not past their edge
     assert all(low < t.get_position()[0] < high for t in amortization.texts if t.get_text() == "n/a")
-    coupling = saved[-1].axes[1]  # F-VI's held-out coupling gap exists: drawn
+    coupling = saved_figures.last.axes[1]  # F-VI's held-out coupling gap exists: drawn
     assert len(bar_centres(coupling)) == 4 and not [t for t in coupling.texts if t.get_text() == "n/a"]
 
 
-def test_the_approximation_gap_names_its_estimator_and_marks_capped_optimizations(tmp_path, monkeypatch, saved):
+def test_the_approximation_gap_names_its_estimator_and_marks_capped_optimizations(tmp_path, monkeypatch, saved_figures):
     write_run(tmp_path / "study", "A-VI_k_8-seed0", [gap_report("A-VI k=8", "train", None, capped=True)])
     write_run(tmp_path / "study", "A-VI_k_32-seed0", [gap_report("A-VI k=32", "train", None)])
     run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
-    fig = saved[-1]
+    fig = saved_figures.last
     approximation = fig.axes[2]
     words = approximation.get_ylabel() + approximation.get_title()
     assert "IWAE" in words and "lower bound" in words
@@ -122,7 +108,7 @@ def test_the_approximation_gap_names_its_estimator_and_marks_capped_optimization
     assert "step cap" in all_text(fig)  # the mark explained
 
 
-def test_the_figure_says_what_its_error_bars_cover(tmp_path, monkeypatch, saved):
+def test_the_figure_says_what_its_error_bars_cover(tmp_path, monkeypatch, saved_figures):
     """One seed: over its images; several with per-image values: over seeds and images (pooling's account)."""
     write_run(tmp_path / "study", "A-VI_k_8-seed0", [gap_report("A-VI k=8", "train", None)])
     for seed in (0, 1):
@@ -131,26 +117,26 @@ def test_the_figure_says_what_its_error_bars_cover(tmp_path, monkeypatch, saved)
         write_run(tmp_path / "study", "A-VI_k_32-seed%d" % seed, [gap_report("A-VI k=32", "train", None, **values)],
                   seed=seed)
     run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
-    title = saved[-1]._suptitle.get_text()
+    title = saved_figures.last._suptitle.get_text()
     assert "error bars ± 1 s.e. over images" in title
     assert "seeds and images (crossed" in title  # the same four images in both seeds
 
 
-def test_gap_against_n_says_what_else_differs(tmp_path, monkeypatch, saved):
+def test_gap_against_n_says_what_else_differs(tmp_path, monkeypatch, saved_figures):
     """--by-n: each N's trained epochs, the data and any other differing setting, as the runs recorded them."""
     write_run(tmp_path / "n100", "A-VI_k_8-seed0", [gap_report("A-VI k=8", "train", None)], n_obs=100, epochs=12)
     write_run(tmp_path / "n200", "A-VI_k_8-seed0", [gap_report("A-VI k=8", "train", None)], n_obs=200, epochs=7,
               lr=0.001)
     run_script(monkeypatch, "gap_tables.py", tmp_path / "n100", tmp_path / "n200", "--by-n", "--out", tmp_path / "out")
-    text = " ".join(all_text(saved[-1]).split())  # wrapped lines joined
+    text = " ".join(all_text(saved_figures.last).split())  # wrapped lines joined
     assert "trained epochs: N 100: 12; N 200: 7" in text
     assert "data: %s at every N" % SOURCE in text
     assert "lr: N 100: 0.003; N 200: 0.001" in text and "batch_size" not in text  # only what differs
     run_script(monkeypatch, "gap_tables.py", tmp_path / "n100", tmp_path / "n200", "--out", tmp_path / "plain")
-    assert "Besides N" not in all_text(saved[-1])
+    assert "Besides N" not in all_text(saved_figures.last)
 
 
-def test_plateau_curves_are_told_apart_and_seeds_said(tmp_path, monkeypatch, saved):
+def test_plateau_curves_are_told_apart_and_seeds_said(tmp_path, monkeypatch, saved_figures):
     """A colour per configuration and a line style per objective: no two labelled groups alike; F-VI's curves,
     the same under both objectives, both visible (the later drawn thinner and darker, on top of a wide pale one);
     the legend says a line per seed."""
@@ -163,7 +149,7 @@ def test_plateau_curves_are_told_apart_and_seeds_said(tmp_path, monkeypatch, sav
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_script(monkeypatch, "plateau_report.py", tmp_path / "reference", tmp_path / "elbo", "--out", tmp_path / "out")
-    for ax in saved[-1].axes:
+    for ax in saved_figures.last.axes:
         groups = [line for line in ax.get_lines() if ", " in line.get_label()]  # (study, configuration) entries
         assert len(groups) == 6
         looks = {(to_rgba(line.get_color()), line.get_linestyle()) for line in groups}
@@ -176,7 +162,7 @@ def test_plateau_curves_are_told_apart_and_seeds_said(tmp_path, monkeypatch, sav
         assert (under.get_alpha() or 1) < (over.get_alpha() or 1)  # one colour: the wide one pale under the thin
 
 
-def test_against_gives_each_configurations_gaps_minus_the_named_ones_in_standard_errors(tmp_path, monkeypatch, saved):
+def test_against_gives_each_configurations_gaps_minus_the_named_ones_in_standard_errors(tmp_path, monkeypatch, saved_figures):
     """One seed each: the summaries as they are, so the differences and ratios are known in closed form."""
     write_run(tmp_path / "a", "A-VI_k_8-seed0", [gap_report("A-VI k=8", s, None, amortization=3.0) for s in ("train", "test")])
     write_run(tmp_path / "b", "SA-VI_k_8_r_5-seed0", [gap_report("SA-VI k=8 r=5", "train", None, amortization=1.0)])

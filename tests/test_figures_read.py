@@ -3,14 +3,12 @@ an axis with no symmetric-log cliff and its band named (fig1, fig6); constant-VI
 mean image's (fig2); a speed not set by how often the runs were evaluated (fig4); an empty refinement panel
 saying why (fig7, gap-report); no summary column n/a in every row; IWAE − AIS said in words. Synthetic
 inputs; the figures are caught at Figure.savefig and read."""
-from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.container import ErrorbarContainer
-from matplotlib.figure import Figure
 
 from amortized_pyro.report.figures import plot_all
 from amortized_pyro.report.gap_figures import gap_figure
@@ -20,19 +18,6 @@ from amortized_pyro.study.results import Results
 BASELINE = {"kind": "baseline", "dataset": "d", "train_mse": 0.063, "test_mse": 0.064}
 GUIDES = {"A-VI": "amortized", "F-VI": "per-datapoint", "constant-VI": "shared"}
 REFERENCE = "mean training image (ignores z)"
-
-
-@pytest.fixture
-def saved(monkeypatch):
-    """{file name: figure} of every figure saved while the test runs (each still written)."""
-    figures, save = {}, Figure.savefig
-
-    def catch(fig, path, *args, **kwargs):
-        figures[Path(path).name] = fig
-        return save(fig, path, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", catch)
-    return figures
 
 
 def run(label, seed, elbo, mse=lambda it: 0.05, every=1, epochs=10, steps=10, ms_per_step=10.0):
@@ -72,14 +57,14 @@ def tick_labels_apart(ax):
 
 
 @pytest.mark.parametrize("elbo, scale", [(crossing_zero, "linear"), (below_zero, "log")])
-def test_the_elbo_has_no_symmetric_log_cliff_and_its_band_is_named(tmp_path, saved, elbo, scale):
+def test_the_elbo_has_no_symmetric_log_cliff_and_its_band_is_named(tmp_path, saved_figures, elbo, scale):
     """An ELBO that turns positive: the ELBO itself on a linear axis (higher is better); one negative
     throughout: −ELBO on a log scale. Never symlog. The curves are the mean over seeds, the band is named."""
     rows = [r for label in ("A-VI k=8", "F-VI") for seed in (0, 1) for r in run(label, seed, elbo(seed))]
     plot_all(Results(rows, baselines=[BASELINE]), tmp_path)
     sign = 1 if scale == "linear" else -1
     expected = sign * np.mean([[elbo(seed)(e) for e in range(1, 11)] for seed in (0, 1)], 0)  # the mean over seeds
-    (ax,) = saved["fig1_neg_elbo.png"].axes
+    (ax,) = saved_figures["fig1_neg_elbo.png"].axes
     assert ax.get_yscale() == scale
     assert ax.get_ylabel().startswith("ELBO per observation" if sign > 0 else "−ELBO per observation")
     assert lines(ax)["A-VI k=8"] == pytest.approx(expected)
@@ -88,7 +73,7 @@ def test_the_elbo_has_no_symmetric_log_cliff_and_its_band_is_named(tmp_path, sav
     assert low <= band.min() and high >= band.max()  # the whole band inside the axes
     assert any("lowest to highest" in text for text in legend_texts(ax))
     assert tick_labels_apart(ax)
-    panels = [a for a in saved["fig6_elbo_seeds.png"].axes if a.get_visible()]
+    panels = [a for a in saved_figures["fig6_elbo_seeds.png"].axes if a.get_visible()]
     assert len(panels) == 2
     for panel in panels:
         assert panel.get_yscale() == scale and panel.get_ylabel() == ax.get_ylabel()
@@ -96,13 +81,13 @@ def test_the_elbo_has_no_symmetric_log_cliff_and_its_band_is_named(tmp_path, sav
     assert lines(panels[0])["seed 1"] == pytest.approx([sign * elbo(1)(e) for e in range(1, 11)])
 
 
-def test_constant_vi_stays_visible_on_the_mean_image_line(tmp_path, saved):
+def test_constant_vi_stays_visible_on_the_mean_image_line(tmp_path, saved_figures):
     """constant-VI reconstructs the mean image: its curves lie on the reference line. The reference is drawn
     wide and pale under every curve, in a colour of its own, so both show."""
     rows = run("constant-VI", 0, below_zero(0), mse=lambda it: BASELINE["train_mse"])
     rows += run("A-VI k=8", 0, below_zero(0), mse=lambda it: 0.05)
     plot_all(Results(rows, baselines=[BASELINE]), tmp_path)
-    (ax,) = saved["fig2_train_mse.png"].axes
+    (ax,) = saved_figures["fig2_train_mse.png"].axes
     (reference,) = [line for line in ax.get_lines() if line.get_label() == REFERENCE]
     curves = [line for line in ax.get_lines() if line is not reference]
     constant = [line for line in curves if line.get_label().startswith("constant-VI")]
@@ -125,7 +110,7 @@ def crossings(ax):
 
 
 @pytest.mark.parametrize("every, bracket", [(1, (230, 240)), (5, (200, 250)), (10, (200, 300))])
-def test_speed_is_not_set_by_the_evaluation_spacing(tmp_path, saved, every, bracket):
+def test_speed_is_not_set_by_the_evaluation_spacing(tmp_path, saved_figures, every, bracket):
     """The train MSE falls linearly, 0.08 − 0.0001 × step, below 0.9 × 0.063 at step 233: that is the crossing
     drawn whether the runs were evaluated every 10, 50 or 100 steps, with a bar between the evaluations
     around it; the training clock (10 ms a step) says 2.33 s. A run already below at its first evaluation:
@@ -133,7 +118,7 @@ def test_speed_is_not_set_by_the_evaluation_spacing(tmp_path, saved, every, brac
     falling = [r for seed in (0, 1) for r in run("A-VI k=8", seed, below_zero(seed), lambda it: 0.08 - 1e-4 * it, every, 40)]
     rows = falling + run("F-VI", 0, below_zero(0), lambda it: 0.01, every, 40)
     plot_all(Results(rows, baselines=[BASELINE]), tmp_path)
-    top, bottom = saved["fig4_speed.png"].axes
+    top, bottom = saved_figures["fig4_speed.png"].axes
     drawn = crossings(top)
     assert len(drawn) == 3
     avi = [c for c in drawn if c[0] != pytest.approx(10 * every)]

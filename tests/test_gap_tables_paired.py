@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 from matplotlib.container import BarContainer
-from test_experiment_figures import all_text, gap_report, run_script, saved, write_run  # noqa: F401 (a fixture)
+from test_experiment_figures import all_text, gap_report, run_script, write_run
 
 from amortized_pyro.gap.pooling import gap_over_seeds
 
@@ -122,7 +122,7 @@ def capped_study(folder):
     write_run(folder, "F-VI-seed0", [old])
 
 
-def test_a_capped_q_star_and_a_capped_q_m_are_marked_apart_with_their_counts(tmp_path, monkeypatch, saved):
+def test_a_capped_q_star_and_a_capped_q_m_are_marked_apart_with_their_counts(tmp_path, monkeypatch, saved_figures):
     capped_study(tmp_path / "study")
     run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
     text = (tmp_path / "out" / "gaps.md").read_text()
@@ -141,7 +141,7 @@ def test_a_capped_q_star_and_a_capped_q_m_are_marked_apart_with_their_counts(tmp
             "for 3 of 12 (image, θ) pairs; per row: A-VI k=32 train 3 of 4 (image, θ) pairs): there the coupling "
             "gap may read low and the approximation gap high.") in text
     # the figure: each gap hatched by what touches it, each hatch explained
-    fig = saved[-1]
+    fig = saved_figures.last
     hatches = [{t.get_text(): "" for t in ax.get_xticklabels()} for ax in fig.axes[:3]]
     for ax, marks in zip(fig.axes, hatches):
         for patch in (p for c in ax.containers if isinstance(c, BarContainer) for p in c.patches):

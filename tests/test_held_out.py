@@ -16,7 +16,7 @@ from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.held_out import in_training
 from amortized_pyro.runs.fit import finished_run as load_finished
 
-from conftest import tiny_finished_run
+from conftest import labelled_points, tiny_finished_run
 
 SMALL_GAP = GapSettings(theta_draws=2, score_draws=3, samples=7, importance_samples=5, max_steps=40, window=10,
                         ais_steps=0)
@@ -75,7 +75,7 @@ def test_an_encoder_below_its_target_keeps_training():
                                                                                 lr=1.0), training, 1)[0] == 4
 
 
-def test_the_held_out_command_trains_scores_resumes_and_refuses_other_settings(run_dir, tmp_path):
+def test_the_held_out_command_trains_scores_resumes_and_refuses_other_settings(run_dir, tmp_path, saved_figures):
     out = tmp_path / "study"
     args = ["held-out", str(run_dir), "--widths", "4", "--subsets", "30", "--regularized-widths", "4",
             "--weight-decays", "0.1", "--early-stopping", "1", "--n-images", "4", "--refine-steps", "2",
@@ -95,11 +95,52 @@ def test_the_held_out_command_trains_scores_resumes_and_refuses_other_settings(r
         assert r["amortization_gap"]["mean"] == pytest.approx(sum(r["per_image"]) / 4, rel=1e-5)
     table = (out / "held_out.md").read_text()
     assert "| k=4 on train+test | 80 | test | yes | 1 |" in table and "run's own k=4 (trained with the decoder)" in table
-    assert (out / "held_out_gaps.png").exists() and (out / "held_out_tradeoff.png").exists()
+    references = [json.loads(line) for line in (out / "references.jsonl").read_text().splitlines()]
+    gaps_figure_shows_the_rows(saved_figures["held_out_gaps.png"], rows)
+    tradeoff_figure_shows_the_rows(saved_figures["held_out_tradeoff.png"], rows, references)
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0 and "epochs" not in again.output.split("| encoder")[0]  # nothing trained again
     other = CliRunner().invoke(cli, args[:-3] + ["--ais-steps", "2"] + args[-2:])
     assert other.exit_code == 1 and "other settings" in other.output and len(other.output.strip().splitlines()) == 1
+
+
+def gaps_figure_shows_the_rows(fig, rows):
+    """held_out_gaps.png of one run at width 4: a panel whose lines are the rows' amortization gaps per image set
+    (the unseen training images only where never seen; the held-out ones also for the encoder trained on them,
+    at the right), each named in the legend, the encoders' training sets as ticks."""
+    (ax,) = fig.axes
+    assert ax.get_title() == "fresh k=4 encoders" and "images the fresh encoder trained on" in ax.get_xlabel()
+    assert "amortization gap" in ax.get_ylabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "training images", "training images a subset encoder never saw", "held-out images"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["30", "60", "60\n(+ held-out)"]
+    gap = {(r["train_on"], r["set"]): r["amortization_gap"]["mean"] for r in rows if r["regularizer"] == "none"}
+    lines = labelled_points(ax)
+    assert lines["training images"] == ([0, 1, 2], pytest.approx([gap[on, "train"] for on in (30, "train", "train+test")]))
+    assert lines["training images a subset encoder never saw"] == ([0], pytest.approx([gap[30, "train-unseen"]]))
+    assert lines["held-out images"] == ([0, 1, 2], pytest.approx([gap[on, "test"] for on in (30, "train", "train+test")]))
+
+
+def tradeoff_figure_shows_the_rows(fig, rows, references):
+    """held_out_tradeoff.png: the k=4 encoder's trajectory, each encoder trained on the training images at
+    (its training gap, its held-out gap) and the run's own encoder at its own, each named in the legend."""
+    (ax,) = fig.axes
+    assert "training images" in ax.get_xlabel() and "held-out images" in ax.get_ylabel()
+    lines = labelled_points(ax)
+    plain = next(r for r in rows if r["encoder"] == "k=4 on train" and r["set"] == "test")
+    assert lines["k=4 during training (a line per run)"] == tuple(
+        pytest.approx([t[name] for t in plain["trajectory"]]) for name in ("train", "test"))
+    gap = {(r["encoder"], r["set"]): r["amortization_gap"]["mean"] for r in rows}
+    encoders = ("k=4 on train", "k=4 on train, weight decay 0.1", "k=4 on train, early stopping (patience 1 windows)")
+    for encoder in encoders:
+        assert lines[encoder + " (end)"] == ([pytest.approx(gap[encoder, "train"])],
+                                             [pytest.approx(gap[encoder, "test"])])
+    (own,) = references
+    assert lines["the run's own encoder"] == ([pytest.approx(own["sets"]["train"]["amortization_gap"]["mean"])],
+                                              [pytest.approx(own["sets"]["test"]["amortization_gap"]["mean"])])
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:1] == ["k=4 during training (a line per run)"] and legend[-1] == "the run's own encoder"
+    assert {e + " (end)" for e in encoders} <= set(legend)
 
 
 def test_the_gaps_figure_draws_never_seen_images_only_where_they_were_never_seen(tmp_path):

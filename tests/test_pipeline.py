@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from test_figures_read import saved  # noqa: F401 (a fixture: the figures saved, by file name)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -264,7 +263,7 @@ def capacity_rows():
     return rows
 
 
-def test_capacity_status_tables_the_encoders_done(tmp_path, monkeypatch, saved):
+def test_capacity_status_tables_the_encoders_done(tmp_path, monkeypatch, saved_figures):
     rows = capacity_rows()
     source = tmp_path / "runs" / "capacity" / "capacity.jsonl"
     touch(tmp_path, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in rows))
@@ -272,7 +271,7 @@ def test_capacity_status_tables_the_encoders_done(tmp_path, monkeypatch, saved):
     monkeypatch.setattr(sys, "argv", ["capacity_status.py", str(source), "--out", str(out)])
     runpy.run_path(str(EXPERIMENTS / "capacity_status.py"), run_name="__main__")  # in-process: its figure is read
     assert (out / "capacity.jsonl").read_text() == source.read_text()
-    (ax,) = saved["capacity.png"].axes  # widths as ticks; each point the mean over the two seeds
+    (ax,) = saved_figures["capacity.png"].axes  # widths as ticks; each point the mean over the two seeds
     assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "32"]
     points = {c.get_label(): list(c.lines[0].get_ydata()) for c in ax.containers}
     assert points == {"1 hidden layer, train images": [11.0, 5.0], "1 hidden layer, test images": [17.0, 11.0]}

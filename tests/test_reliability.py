@@ -379,3 +379,15 @@ def test_a_resumed_runs_progress_bar_goes_on_from_its_epoch(tmp_path):
     resumed = CliRunner().invoke(cli, ["fit", "--resume", str(out), "--epochs", "4", "--progress"])
     assert resumed.exit_code == 0, resumed.output
     assert "2/4" in resumed.output and "0/2" not in resumed.output
+
+
+def test_a_run_fit_on_images_given_to_fit_is_measured_on_them_again(tmp_path):
+    """fit(data=load_data(..., n_obs=60, n_test=20), out=DIR) records the images' own sizes, not the config's
+    defaults (10,000 / 1,000): reloading the run's images for its gap finds the same fingerprint."""
+    from amortized_pyro import load_data
+    from amortized_pyro.runs.fit import finished_run
+    data = load_data("mnist-sample", n_obs=60, n_test=20)
+    fit(guide="amortized", data=data, epochs=1, hidden=8, z_dim=2, width=4, batch_size=20, predictive_draws=0,
+        progress=False, log=lambda *a: None, out=tmp_path / "run")
+    _, reloaded = finished_run(tmp_path / "run", log=lambda *a: None)
+    assert torch.equal(reloaded.train, data.train) and torch.equal(reloaded.test, data.test)

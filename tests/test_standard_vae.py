@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from click.testing import CliRunner
+from matplotlib.colors import to_hex
 
 import pyro
 from pyro import poutine
@@ -15,7 +16,7 @@ from pyro.infer import Trace_ELBO
 from amortized_pyro import AmortizedPyroError
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.models.decoder import BayesianDecoderModel
-from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, make_guide
+from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, display_order, make_guide
 from amortized_pyro.runs.config import FitConfig
 
 from oracle import LAYERS, encoder_factor, log_normal, mlp
@@ -118,11 +119,24 @@ def test_replicas_refuse_a_point_estimated_decoder(tmp_path):
     assert result.exit_code == 2 and "decoder prior" in result.output and "Traceback" not in result.output
 
 
-def test_compare_draws_standard_vae_runs_with_their_labels(tmp_path):
+def test_compare_draws_standard_vae_runs_with_their_labels(tmp_path, saved_figures):
     """Every figure takes the labels a point-estimated decoder gives (``F-VI, point θ``): a colour each."""
     out = tmp_path / "cmp"
     result = CliRunner().invoke(cli, ["compare", "--guides", "amortized,per-datapoint", "--widths", "4", "--seeds", "0",
                                       "--decoder-prior", "none", "--out", str(out),
                                       *[a for a in TINY if a not in ("--width", "4")]])
     assert result.exit_code == 0, result.output
-    assert (out / "fig1_neg_elbo.png").exists() and "F-VI, point θ" in (out / "summary.md").read_text()
+    assert "F-VI, point θ" in (out / "summary.md").read_text()
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    elbos = {}  # each configuration's ELBO per observation by epoch (one seed: the curve itself)
+    for r in rows:
+        if r.get("kind") == "metrics" and r.get("elbo_per_obs") is not None:
+            elbos.setdefault(r["label"], {})[r["epoch"]] = r["elbo_per_obs"]
+    assert set(elbos) == {"A-VI k=4, point θ", "F-VI, point θ"}
+    (ax,) = saved_figures["fig1_neg_elbo.png"].axes
+    curves = {line.get_label(): line for line in ax.get_lines() if line.get_label() in elbos}
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(curves) == sorted(elbos, key=display_order)
+    for label, line in curves.items():  # −ELBO against epoch, every ELBO here negative
+        assert list(line.get_xdata()) == sorted(elbos[label])
+        assert list(line.get_ydata()) == pytest.approx([-elbos[label][e] for e in sorted(elbos[label])])
+    assert len({to_hex(line.get_color()) for line in curves.values()}) == 2  # a colour each

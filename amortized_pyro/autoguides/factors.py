@@ -38,32 +38,35 @@ def _halved(n):
 class ConvBody(nn.Module):
     """Images as rows x [..., C·H·W] (channel-first) → Conv2d(C, 32, 4, stride 2, padding 1) → LeakyReLU →
     Conv2d(32, 64, 4, 2, 1) → LeakyReLU → (Linear → LeakyReLU) × ``layers`` of ``width``: features [..., width].
-    H and W need not be multiples of 4 (each convolution floors)."""
+    H and W need not be multiples of 4 (each convolution floors). ``extra`` inputs after the image's pixels in
+    each row (a conditional model's one-hot label) join the convolutions' features before the linear layers."""
 
-    def __init__(self, image_shape, width, layers=1, slope=LEAKY_SLOPE):
+    def __init__(self, image_shape, width, layers=1, slope=LEAKY_SLOPE, extra=0):
         super().__init__()
-        self.image_shape = tuple(image_shape)
+        self.image_shape, self.pixels = tuple(image_shape), math.prod(image_shape)
         channels, height, wide = self.image_shape
         self.convolutions = nn.Sequential(nn.Conv2d(channels, 32, 4, 2, 1), nn.LeakyReLU(slope),
                                           nn.Conv2d(32, 64, 4, 2, 1), nn.LeakyReLU(slope))
-        self.head = mlp(64 * _halved(_halved(height)) * _halved(_halved(wide)), width, max(1, layers), slope)
+        self.head = mlp(64 * _halved(_halved(height)) * _halved(_halved(wide)) + extra, width, max(1, layers), slope)
 
     def forward(self, x):
-        h = self.convolutions(x.reshape((-1,) + self.image_shape))
-        return self.head(h.reshape(x.shape[:-1] + (-1,)))
+        h = self.convolutions(x[..., :self.pixels].reshape((-1,) + self.image_shape))
+        return self.head(torch.cat([h.reshape(x.shape[:-1] + (-1,)), x[..., self.pixels:]], -1))
 
 
-def conv(image_shape, width, layers=1, slope=LEAKY_SLOPE):
-    """:class:`ConvBody`: a convolutional encoder body for images ``image_shape`` (C, H, W)."""
-    return ConvBody(image_shape, width, layers, slope)
+def conv(image_shape, width, layers=1, slope=LEAKY_SLOPE, extra=0):
+    """:class:`ConvBody`: a convolutional encoder body for images ``image_shape`` (C, H, W) (and ``extra`` inputs
+    after each image's pixels)."""
+    return ConvBody(image_shape, width, layers, slope, extra)
 
 
-def flat_mlp(image_shape, width, layers, slope=LEAKY_SLOPE):
-    """:func:`mlp` on the flattened image: C·H·W → width → … → width."""
-    return mlp(math.prod(image_shape), width, layers, slope)
+def flat_mlp(image_shape, width, layers, slope=LEAKY_SLOPE, extra=0):
+    """:func:`mlp` on the flattened image (and ``extra`` inputs after its pixels): C·H·W + extra → width → … →
+    width."""
+    return mlp(math.prod(image_shape) + extra, width, layers, slope)
 
 
-ENCODERS = {"mlp": flat_mlp, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope) → module
+ENCODERS = {"mlp": flat_mlp, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope, extra) → module
 
 
 class Encoder(nn.Module):

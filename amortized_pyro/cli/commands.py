@@ -1,4 +1,4 @@
-"""Command line: ``python -m amortized_pyro fit|compare|plot|gap|gap-report|capacity``, a thin layer over the
+"""Command line: ``python -m amortized_pyro fit|compare|plot|sample|gap|gap-report|capacity``, a thin layer over the
 Python API (the gap commands in :mod:`amortized_pyro.cli.gap_commands`).
 
 The training options are generated from :class:`~amortized_pyro.runs.config.FitConfig`'s fields
@@ -10,18 +10,20 @@ from dataclasses import fields
 from pathlib import Path
 
 import click
+import torch
 from click.core import ParameterSource
 
-from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, comma_separated, friendly_errors, left_empty_removed,
-                                       overwrite_option, replicas_option, stderr_log, threads_option)
+from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, check_writable, comma_separated, friendly_errors,
+                                       left_empty_removed, overwrite_option, replicas_option, stderr_log,
+                                       threads_option)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, given, option_name, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
 from amortized_pyro.local.gaps import GapSettings
-from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
+from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
 from amortized_pyro.runs.config import FitConfig, check_applicable, check_values
-from amortized_pyro.runs.fit import RESUMABLE_CHANGES, fit, prepare_data, resume
+from amortized_pyro.runs.fit import RESUMABLE_CHANGES, check_finished, fit, load_run, prepare_data, resume
 from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
 from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
 from amortized_pyro.study.comparison import COMPARE_GAP, WIDTHS, compare
@@ -197,6 +199,46 @@ def plot_command(results_file, out, plateau_fraction):
     paths = plot_all(results, out, plateau_fraction)
     (out / "summary.md").write_text(summary_text(results, plateau_fraction) + "\n")
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
+
+
+@cli.command("sample")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--per-class", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Draws of z per row: per class for a conditional run, per row for an unconditional one.")
+@click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1),
+              help="Rows of independent draws for an unconditional run (a conditional run has one per class).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the z draws.")
+@click.option("--out", type=OutPath(dir_okay=False), default=None,
+              help="The PNG to write (default: RUN_DIR/samples.png); an existing file is refused unless --overwrite.")
+@click.option("--overwrite", is_flag=True, help="Replace the file --out names.")
+@threads_option
+@friendly_errors
+def sample_command(run_dir, per_class, rows, seed, out, overwrite):
+    """Draw images from a finished run: for a conditional run one row per class, z ~ p(z | c) decoded with θ at
+    q(θ)'s mean (class-conditional generation); for an unconditional run rows of independent z ~ N(0, I)."""
+    from amortized_pyro.models.generation import draw_grid
+    from amortized_pyro.report.samples import sample_figure
+
+    out = Path(out) if out else Path(run_dir) / "samples.png"
+    if out.exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out)
+    check_finished(run_dir)
+    check_writable(out)
+    result = load_run(run_dir)
+    model, generator = result.model, torch.Generator().manual_seed(seed)
+    images = draw_grid(model, result.guide.global_mean(), per_class, generator, n_rows=None if model.n_classes else rows)
+    theta = "θ̂ (a point-estimated decoder)" if result.config.decoder_prior == "none" else "θ at q(θ)'s mean"
+    if model.n_classes:
+        prior = "N(0, I)" if model.class_prior == "standard" else "the learned N(μ_c, σ_c²)"
+        names, title = ["class %d" % c for c in range(model.n_classes)], (
+            "Class-conditional samples of %s: row c, z ~ p(z | c) = %s, shown as E[x | z, c, θ] with %s (seed %d)"
+            % (config_label(result.config), prior, theta, seed))
+    else:
+        names, title = ["draws %d" % (r + 1) for r in range(rows)], (
+            "Samples of %s (unconditional: rows are independent draws, not classes): z ~ N(0, I), shown as "
+            "E[x | z, θ] with %s (seed %d)" % (config_label(result.config), theta, seed))
+    sample_figure(images.cpu().numpy(), model.image_shape, names, title, out)
+    click.echo("wrote %s (%d rows of %d images)" % (out, len(names), per_class))
 
 
 for command in GAP_COMMANDS:

@@ -23,6 +23,7 @@ from amortized_pyro.autoguides.capacity import until_converged
 from amortized_pyro.gap.measure import gap_images, measure
 from amortized_pyro.inference.svi import make_optimizer
 from amortized_pyro.local.estimates import log_weights
+from amortized_pyro.models.conditional import model_data
 from amortized_pyro.models.guides import FAMILIES, label, make_guide
 from amortized_pyro.support.batching import minibatches
 from amortized_pyro.support.streams import outside_the_stream
@@ -90,6 +91,7 @@ def sweep(result, data, widths, depths, seeds, n_images, training, settings, log
     in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from);
     ``progress``: the gap's progress bars."""
     model, q_theta = result.model, result.guide.q_theta
+    data = model_data(model, data)  # a conditional run's images with their labels
     slope = result.config.encoder_slope
     own = FAMILIES[result.config.guide].encoder  # a run's own encoder sets the level every fresh one must reach
     target = objective_level(model, q_theta, result.guide.q_z, data.train, 0) if own else -math.inf

@@ -40,6 +40,7 @@ import torch
 from amortized_pyro.gap.capacity import objective_level, train_encoder
 from amortized_pyro.gap.measure import guide_elbos, measure
 from amortized_pyro.local.gaps import summarize
+from amortized_pyro.models.conditional import model_data
 
 SETS = ("train", "train-unseen", "test")
 TRACE_SAMPLES = 10  # z draws per image and θ draw of the trajectory's gaps (unbiased, noisier than the final's)
@@ -170,6 +171,7 @@ def study(result, data, encoders, training, settings, n_images, refine_steps=(),
     ``settings.paired``): (the references, the rows). ``references`` (a previous call's) are reused where
     given; encoders with rows in ``done`` are not trained again; ``save(references, rows)`` after each."""
     seed = result.config.seed
+    data = model_data(result.model, data)  # a conditional run's images with their labels
     gap_seed = settings.seed + (0 if settings.paired else seed)
     sets, _ = image_sets(data, gap_seed, n_images)
     if references is None:

@@ -13,6 +13,7 @@ from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.estimates import local_elbo
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
 from amortized_pyro.local.optimize import refine
+from amortized_pyro.models.conditional import model_data
 from amortized_pyro.models.guides import config_label
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
@@ -28,8 +29,9 @@ def gap_images(settings, run_seed, split_size, n_images):
 
 @pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
 def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None):
-    """Every quantity of the module docstring for images x (idx: their training indices, for per-datapoint
-    factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
+    """Every quantity of the module docstring for images x as the model reads them (a conditional model's rows
+    [x, one-hot(c)]: :meth:`~amortized_pyro.models.decoder.BayesianDecoderModel.inputs`; idx: their training
+    indices, for per-datapoint factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
     per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
     a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
     ``settings.seed``)."""
@@ -45,8 +47,9 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
                                    select=select)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
-        plugin = model.mean_image(best.loc if best.flow is None else best.flow.push(best.loc)[0], theta)
-    result["optimized_plugin_mse"] = (x - plugin).pow(2).mean().item()
+        images, codes = model.split(x)
+        plugin = model.mean_image(best.loc if best.flow is None else best.flow.push(best.loc)[0], theta, codes)
+    result["optimized_plugin_mse"] = (images - plugin).pow(2).mean().item()
     return result
 
 
@@ -104,6 +107,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     settings = (settings or GapSettings()).check()
     log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
+    data = model_data(result.model, data)
     images = data.train if split == "train" else data.test
     if images.shape[0] == 0:
         raise AmortizedPyroError("the run has no %s images" % split)
@@ -111,7 +115,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     if n_images > images.shape[0]:
         log("the run has %d %s images: measuring all of them, not %d" % (images.shape[0], split, n_images))
     gap_seed, chosen = gap_images(settings, c.seed, images.shape[0], n_images)
-    x = images[chosen.to(images.device)]
+    x = images[chosen.to(images.device)]  # with their labels where the run is conditional
     idx = chosen.to(x.device) if split == "train" else None
     own = not (c.guide == "per-datapoint" and split == "test")  # F-VI has no factor for held-out images
     log("measuring on %d %s images (gap seed %d), in turn: %s" % (

@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from amortized_pyro.models.conditional import model_data
 
 EVAL_BATCH = 10000
 MSE_KEYS = ("train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse")
@@ -44,8 +45,10 @@ def pushed(guide, v, x, idx):
 
 @torch.no_grad()
 def reconstruct(model, guide, x, idx=None):
-    """The plug-in reconstruction m(Ω(E_q[z]; E_q[θ])) of images x (idx: their training indices, needed by
-    per-datapoint); for a flow guide z is the flow's image f(μ) of the Gaussian's mean, not E_q[z]. Returns None where the guide has no q(z) for these images, or there are none."""
+    """The plug-in reconstruction m(Ω(E_q[z]; E_q[θ])) of images x as the model reads them (a conditional
+    model's rows [x, one-hot(c)]: :meth:`~amortized_pyro.models.decoder.BayesianDecoderModel.inputs`; idx: their
+    training indices, needed by per-datapoint); for a flow guide z is the flow's image f(μ) of the Gaussian's
+    mean, not E_q[z]. Returns None where the guide has no q(z) for these images, or there are none."""
     if x.shape[0] == 0:
         return None
     theta = guide.global_mean()
@@ -55,26 +58,30 @@ def reconstruct(model, guide, x, idx=None):
         q_z = factor(guide, x[rows], None if idx is None else idx[rows])
         if q_z is None:
             return None
-        chunks.append(model.mean_image(pushed(guide, q_z[0], x[rows], None if idx is None else idx[rows]), theta))
+        chunks.append(model.mean_image(pushed(guide, q_z[0], x[rows], None if idx is None else idx[rows]), theta,
+                                       model.split(x[rows])[1]))
     return torch.cat(chunks)
 
 
 @torch.no_grad()
 def predict(model, guide, x, idx, draws, generator):
-    """The posterior-predictive mean E_q[m(Ω(z; θ))] of images x by ``draws`` Monte Carlo draws of
-    (θ, z) from q, or None where the guide has no q(z) for these images, or there are none."""
+    """The posterior-predictive mean E_q[m(Ω(z; θ))] of images x (as the model reads them, as for
+    :func:`reconstruct`) by ``draws`` Monte Carlo draws of (θ, z) from q, or None where the guide has no q(z)
+    for these images, or there are none."""
     if x.shape[0] == 0:
         return None
     chunks = [slice(start, start + EVAL_BATCH) for start in range(0, x.shape[0], EVAL_BATCH)]
     factors = [factor(guide, x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
     if any(factor is None for factor in factors):
         return None
-    total = torch.zeros_like(x)
+    images, codes = model.split(x)
+    total = torch.zeros_like(images)
     for _ in range(draws):
         theta = guide.global_sample(generator)
         for rows, (loc, scale) in zip(chunks, factors):
             z = loc + scale * torch.randn(loc.shape, generator=generator, device=x.device)
-            total[rows] += model.mean_image(pushed(guide, z, x[rows], None if idx is None else idx[rows]), theta)
+            total[rows] += model.mean_image(pushed(guide, z, x[rows], None if idx is None else idx[rows]), theta,
+                                            None if codes is None else codes[rows])
     return total / draws
 
 
@@ -91,12 +98,15 @@ def mean_image_mse(data):
 
 
 def evaluate(model, guide, data, predictive_draws=0, generator=None):
-    """{"train_plugin_mse", "test_plugin_mse"[, "train_predictive_mse", "test_predictive_mse"]} as floats;
-    NaN stands for a value the guide cannot produce."""
+    """{"train_plugin_mse", "test_plugin_mse"[, "train_predictive_mse", "test_predictive_mse"]} as floats, of
+    the images of ``data`` (a conditional model reads them with their labels); NaN stands for a value the guide
+    cannot produce."""
     train_idx = torch.arange(data.train.shape[0], device=data.train.device)
-    splits = (("train", data.train, train_idx), ("test", data.test, None))
-    values = {"%s_plugin_mse" % split: mse(x, reconstruct(model, guide, x, idx)) for split, x, idx in splits}
+    inputs = model_data(model, data)
+    splits = (("train", data.train, inputs.train, train_idx), ("test", data.test, inputs.test, None))
+    values = {"%s_plugin_mse" % split: mse(x, reconstruct(model, guide, rows, idx)) for split, x, rows, idx in splits}
     if predictive_draws:
-        values.update({"%s_predictive_mse" % split: mse(x, predict(model, guide, x, idx, predictive_draws, generator))
-                       for split, x, idx in splits})
+        values.update({"%s_predictive_mse" % split: mse(x, predict(model, guide, rows, idx, predictive_draws,
+                                                                   generator))
+                       for split, x, rows, idx in splits})
     return {key: math.nan if value is None else value.item() for key, value in values.items()}

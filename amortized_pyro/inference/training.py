@@ -30,6 +30,7 @@ import pyro
 from amortized_pyro.errors import Diverged, Interrupted
 from amortized_pyro.inference.evaluation import evaluate
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
+from amortized_pyro.models.conditional import model_data
 from amortized_pyro.support.batching import minibatches
 from amortized_pyro.support.signals import StopSignals
 from amortized_pyro.support.streams import outside_the_stream
@@ -81,9 +82,9 @@ def epoch_batches(schedule, n_obs, device, generator=None):
 
 @torch.no_grad()
 def true_elbo(elbo, guide, data, schedule, x_all):
-    """An estimate of the ELBO (one draw per minibatch, the mean of the minibatch estimates, as the training
-    loss is) with q scored as the true Normal, outside the random stream: the ELBO of a run whose training
-    objective is not one."""
+    """An estimate of the ELBO on ``data`` as the model reads it (one draw per minibatch, the mean of the
+    minibatch estimates, as the training loss is) with q scored as the true Normal, outside the random stream:
+    the ELBO of a run whose training objective is not one."""
     device = data.train.device
     blocks = torch.arange(data.train.shape[0], device=device).split(min(schedule.batch_size, data.train.shape[0]))
     with outside_the_stream(device), guide.scored_as("elbo"):
@@ -104,7 +105,7 @@ def epoch_record(model, guide, data, schedule, state, epoch, loss, kl_scale, elb
         record["kl_scale"] = kl_weight(schedule, epoch)
     if epoch % schedule.eval_every == 0 or (epoch == schedule.epochs if last is None else last):
         if schedule.objective != "elbo" or schedule.kl_weight != 1:  # a warm-up's ELBO waits for its end
-            record["elbo"] = true_elbo(elbo, guide, data, schedule, x_all)
+            record["elbo"] = true_elbo(elbo, guide, model_data(model, data), schedule, x_all)
             record["elbo_per_obs"] = record["elbo"] / n_obs
         record.update(evaluate(model, guide, data, schedule.predictive_draws, state.evaluation_rng))
         record["theta_scale_mean"] = guide.q_theta.mean_scale().item()
@@ -123,7 +124,8 @@ class SingleRun:
         self.label, self.after = guide.family, after_epoch
 
     def epoch_losses(self, data, schedule, kl_scale, x_all):
-        """One epoch of SVI steps; the mean loss, [1], a device tensor."""
+        """One epoch of SVI steps on ``data`` as the model reads it (:func:`~amortized_pyro.models.conditional.model_data`);
+        the mean loss, [1], a device tensor."""
         batches = epoch_batches(schedule, data.train.shape[0], data.train.device)
         loss = sum(step(self.elbos[0], self.states[0].optimizer, data.train[idx], idx, kl_scale, x_all)
                    for idx in batches)
@@ -149,17 +151,18 @@ def train(runs, data, schedule, progress=True):
     the run's index), :class:`Interrupted` on a signal."""
     device = data.train.device
     n_obs = data.train.shape[0]
-    x_all = data.train if schedule.local_terms == "all" else None
+    inputs = model_data(runs.models[0], data)  # what the model reads: a conditional model's rows carry the labels
+    x_all = inputs.train if schedule.local_terms == "all" else None
     first = torch.arange(min(schedule.batch_size, n_obs), device=device)
     epoch0 = runs.states[0].epoch
-    runs.check(data.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all)
+    runs.check(inputs.train[first], first, kl_schedule(schedule, epoch0 + 1, device), x_all)
     bar = tqdm(range(epoch0 + 1, schedule.epochs + 1), desc=runs.label, unit="epoch", disable=not progress,
                leave=False, initial=epoch0, total=schedule.epochs)  # a resumed run's bar goes on from its epoch
     with StopSignals() as stop, pyro.validation_enabled(False):
         for epoch in bar:
             began = time.perf_counter()
             kl_scale = kl_schedule(schedule, epoch, device)
-            losses = runs.epoch_losses(data, schedule, kl_scale, x_all).tolist()  # the epoch's one host sync
+            losses = runs.epoch_losses(inputs, schedule, kl_scale, x_all).tolist()  # the epoch's one host sync
             elapsed = time.perf_counter() - began
             last = epoch == schedule.epochs or (schedule.stop_window and epoch % schedule.stop_window == 0 and all(
                 flat([r.get("objective", r["elbo"]) / n_obs for r in state.history] + [-loss / n_obs], schedule)

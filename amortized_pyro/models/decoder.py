@@ -5,6 +5,9 @@
     x_n ~ Normal(Ω(z_n; θ), obs_scale² I_{x_dim})    likelihood "normal" (pixels in [0, 1])
     x_n ~ Bernoulli(sigmoid(Ω(z_n; θ)))              likelihood "bernoulli" (binary pixels)
 
+The conditional model (``n_classes`` K > 0: a CVAE, :mod:`amortized_pyro.models.conditional`) reads each image
+with its label as one row [x_n, one-hot(c_n)]: Ω reads [z_n, one-hot(c_n)] and p(z_n | c_n) is N(0, I) or learned.
+
 Ω is a 2-hidden-layer MLP, z_dim → H → H → x_dim with LeakyReLU(0.2) (``decoder="mlp"``), or a
 convolutional net (``decoder="conv"``): :mod:`amortized_pyro.models.networks`. The local sites live in
 ``pyro.plate("data", N, subsample=idx)``, so a minibatch of B observations is scaled by N/B and the
@@ -26,6 +29,7 @@ import pyro.distributions as dist
 from pyro import poutine
 
 from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.models.conditional import CLASS_PRIORS, class_prior, one_hot, prior_shapes, with_labels
 from amortized_pyro.models.modules import LocalModule
 from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, default_image_shape, hidden
 from amortized_pyro.support.batching import rows_of
@@ -98,24 +102,33 @@ class BayesianDecoderModel(LocalModule):
     no parameters: every weight of the decoder is a latent variable. With ``decoder_prior="none"`` the decoder's
     sites carry no prior (their log-density masked out: a flat prior), so that a point-mass q(θ)
     (:class:`~amortized_pyro.models.q_theta.QThetaPoint`) makes θ a point estimate and the ELBO a standard VAE's,
-    E_q(z)[log p(x | z, θ)] − KL(q(z) ‖ p(z)), with the same sites, guides and gap machinery."""
+    E_q(z)[log p(x | z, θ)] − KL(q(z) ‖ p(z)), with the same sites, guides and gap machinery.
+
+    With ``n_classes`` K > 0 the model is conditional: x is the rows [x_n, one-hot(c_n)] [B, x_dim + K]
+    (:meth:`inputs`), the decoder reads [z_n, one-hot(c_n)], and p(z_n | c_n) is N(0, I) (``class_prior="standard"``)
+    or N(M e_c, diag exp(S e_c)²) with M, S two more global sites (``"learned"``, :mod:`~amortized_pyro.models.conditional`)."""
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
                  likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE, decoder_prior="normal",
-                 decoder="mlp", image_shape=None):
+                 decoder="mlp", image_shape=None, n_classes=0, class_prior="standard"):
         super().__init__()
+        if class_prior not in CLASS_PRIORS or (class_prior == "learned" and not n_classes):
+            raise AmortizedPyroError("class_prior must be one of %s (learned: a conditional model, n_classes > 0); "
+                                     "got %r with %d classes" % (", ".join(CLASS_PRIORS), class_prior, n_classes))
         self.decoder_prior = decoder_prior
         self.image_shape = tuple(image_shape) if image_shape is not None else default_image_shape(x_dim)
         if math.prod(self.image_shape) != x_dim:
             raise AmortizedPyroError("images of shape %s have %d pixels, not x_dim = %d"
                                      % ("×".join(map(str, self.image_shape)), math.prod(self.image_shape), x_dim))
-        self.network = DECODERS[decoder](z_dim, hidden, self.image_shape)  # Ω(z; θ): networks.DECODERS
+        self.network = DECODERS[decoder](z_dim + n_classes, hidden, self.image_shape)  # Ω: networks.DECODERS
         self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs
         self.x_dim = x_dim
         self.z_dim = z_dim
-        self.shapes = self.network.shapes
+        self.n_classes, self.class_prior = n_classes, class_prior
+        self.input_dim = x_dim + n_classes  # the width of the rows the model reads
+        self.shapes = dict(self.network.shapes, **(prior_shapes(z_dim, n_classes) if class_prior == "learned" else {}))
         self.prior_scale = prior_scale
         self.obs_scale = obs_scale
         self.likelihood = likelihood
@@ -126,10 +139,41 @@ class BayesianDecoderModel(LocalModule):
             return dist.Bernoulli(logits=out).to_event(1)
         return FixedScaleNormal(out, self.obs_scale).to_event(1)
 
+    def inputs(self, x, labels=None):
+        """The rows the model reads for images x [B, x_dim] and their int64 ``labels`` [B]: [x, one-hot(c)] where
+        the model is conditional, x itself where not."""
+        if not self.n_classes:
+            return x
+        if labels is None:
+            if len(x):
+                raise AmortizedPyroError("this conditional model needs each image's class label, and these images "
+                                         "have none")
+            return x.new_zeros(0, self.input_dim)
+        return with_labels(x, one_hot(labels, self.n_classes, x))
+
+    def split(self, x):
+        """(images [..., x_dim], one-hot labels [..., K] or None) of the rows x the model reads."""
+        return (x[..., :self.x_dim], x[..., self.x_dim:]) if self.n_classes else (x, None)
+
+    def decoder_input(self, z, codes):
+        """What Ω reads: z, or [z, one-hot(c)] for one-hot labels ``codes`` [..., B, K] (z's leading dimensions
+        broadcast)."""
+        return z if codes is None else with_labels(z, codes)
+
+    def log_prior_z(self, z, codes, theta):
+        """log p(z_n | c_n) per image: N(0, I) in closed form, or the learned N(μ_c, diag σ_c²)."""
+        if self.class_prior == "standard":
+            return -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI
+        loc, log_scale = class_prior(codes.expand(z.shape[:-1] + codes.shape[-1:]), theta)
+        return (-0.5 * ((z - loc) * torch.exp(-log_scale)).square() - log_scale).sum(-1) - z.shape[-1] * HALF_LOG_2PI
+
     def local_log_joint(self, x, z, theta):
-        """log p(x_n | z_n, θ) + log p(z_n) per image, for latents z [..., n, z_dim] and weights θ (with the
-        terms of :meth:`with_gram`, for the images x they were made for: the same value, cheaper)."""
-        prior = -0.5 * z.square().sum(-1) - z.shape[-1] * HALF_LOG_2PI  # log N(z; 0, I) in closed form
+        """log p(x_n | z_n, θ) + log p(z_n) per image (with c_n where conditional), for the rows x the model reads,
+        latents z [..., n, z_dim] and weights θ (with the terms of :meth:`with_gram`, for the images x they were
+        made for: the same value, cheaper)."""
+        x, codes = self.split(x)
+        prior = self.log_prior_z(z, codes, theta)
+        z = self.decoder_input(z, codes)
         if GRAM[0] not in theta:
             return self.observation(self.network(z, theta, self.slope)).log_prob(x) + prior
         # ‖x − W h − b‖² = ‖x − b‖² − 2 (Wᵀ(x − b))ᵀ h + hᵀ (WᵀW) h, with the draws' rows batched
@@ -146,7 +190,7 @@ class BayesianDecoderModel(LocalModule):
         b) and ‖x − b‖² of the last layer), or as they are for the Bernoulli likelihood. Hand-written for
         speed: the last layer is 72% of the decoder's arithmetic at the reference size, and the gap's θ and x
         stay fixed for thousands of steps (BENCHMARKS.md)."""
-        values = draws.values
+        values, x = draws.values, self.split(x)[0]
         if self.likelihood != "normal" or not values or not self.network.linear_head:
             return draws
         weight, bias = values["decoder.w3"], values["decoder.b3"]  # [M, x_dim, H], [M, x_dim]
@@ -158,12 +202,14 @@ class BayesianDecoderModel(LocalModule):
         """E[x | z, θ]: Ω itself (normal) or sigmoid(Ω) (bernoulli), the image a reconstruction shows."""
         return torch.sigmoid(out) if self.likelihood == "bernoulli" else out
 
-    def mean_image(self, z, theta):
-        """E[x | z, θ] for latents z and weights θ: the image the decoder makes of z."""
-        return self.observation_mean(self.network(z, theta, self.slope))
+    def mean_image(self, z, theta, codes=None):
+        """E[x | z, θ] for latents z and weights θ (and one-hot labels ``codes`` [..., B, K] where conditional:
+        :meth:`split` of the rows): the image the decoder makes of z."""
+        return self.observation_mean(self.network(self.decoder_input(z, codes), theta, self.slope))
 
     def sample_decoder(self, zero):
-        """Draw θ ~ p(θ) at the six ``decoder.*`` sites; returns site → tensor ready for :func:`decode`. Inside
+        """Draw θ ~ p(θ) at the ``decoder.*`` sites (and the learned prior's ``prior.*``); returns site → tensor
+        ready for :func:`decode`. Inside
         an outer plate at dim −2 (particles, replicas: batch shape [P, 1]) each tensor is [P, *shape]."""
         theta = {}
         no_prior = self.decoder_prior == "none"  # the sites' log p(θ) counted as 0
@@ -173,20 +219,24 @@ class BayesianDecoderModel(LocalModule):
                 theta[name] = without_data_dim(pyro.sample(name, prior), shape)
         return theta
 
-    def prior_z(self, zero):
-        """p(z_n) = N(0, I_{z_dim}), one event per image."""
-        return FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+    def prior_z(self, zero, codes=None, theta=None):
+        """p(z_n | c_n), one event per image: N(0, I_{z_dim}), or the learned N(μ_c, diag σ_c²) of one-hot labels
+        ``codes`` [..., B, K] at the global values ``theta``."""
+        if self.class_prior == "standard":
+            return FixedScaleNormal(zero.expand([self.z_dim]), 1.0).to_event(1)
+        loc, log_scale = class_prior(codes, theta)
+        return dist.Normal(loc, log_scale.exp()).to_event(1)
 
     def forward(self, x, idx, kl_scale=None, x_all=None):
         zero = x.new_zeros(())
         with kl_scaled(kl_scale):
             theta = self.sample_decoder(zero)
-        prior_z = self.prior_z(zero)
+        x, codes = self.split(x)
         if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
             with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
-                z = rows_of(pyro.sample("z", prior_z), idx)
+                z = rows_of(pyro.sample("z", self.prior_z(zero, self.split(x_all)[1], theta)), idx)
         with data_plate(self.n_obs, idx):
             if self.local_terms != "all":
                 with kl_scaled(kl_scale):
-                    z = pyro.sample("z", prior_z)
-            pyro.sample("x", self.observation(self.network(z, theta, self.slope)), obs=x)
+                    z = pyro.sample("z", self.prior_z(zero, codes, theta))
+            pyro.sample("x", self.observation(self.network(self.decoder_input(z, codes), theta, self.slope)), obs=x)

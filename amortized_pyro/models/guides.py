@@ -34,6 +34,7 @@ from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoIterati
                                                 AutoSemiAmortizedNormal, AutoSharedNormal)
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
 from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.models.conditional import PRIOR_SITES
 from amortized_pyro.models.decoder import data_plate
 from amortized_pyro.models.networks import LEAKY_SLOPE
 from amortized_pyro.models.modules import LocalModule
@@ -76,6 +77,8 @@ def config_label(config):
                                "decoder" if config.decoder == "conv" else "encoder")
     if config.flow:
         name += ", flow K=%d" % config.flow
+    if config.conditional:
+        name += ", conditional" + (", learned p(z | c)" if config.class_prior == "learned" else "")
     if config.decoder_prior == "none":
         name += ", point θ"
     if config.kl_weight != 1:
@@ -205,7 +208,7 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     ``iterations`` the iterative guide's T (its update network as wide and deep as the encoder), ``flow`` K
     flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
     ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
-    ``mlp`` or ``conv``, on the model's ``image_shape``). A FitConfig checks these values before a run; here only what would
+    ``mlp`` or ``conv``, on the model's ``image_shape``; a conditional model's encoder reads [x, one-hot(c)]). A FitConfig checks these values before a run; here only what would
     otherwise fail obscurely is refused."""
     if family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
@@ -213,12 +216,13 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
         raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
     every = model.local_terms == "all"
     point = model.decoder_prior == "none"  # no prior on θ: a point estimate (init_scale unused)
-    q_theta = QThetaPoint(model.shapes) if point else QThetaNormal(model.shapes, init_scale)
+    q_theta = QThetaPoint(model.shapes, zero=PRIOR_SITES) if point else QThetaNormal(model.shapes, init_scale)
     options = dict(plate="latents" if every else "data", init_scale=1.0, objective=objective, global_guide=q_theta,
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
                    minibatch_indices=not every, qz_init=qz_init, seed=seed)
     if FAMILIES[family].encoder:
-        options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope),
+        options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope,
+                                                 model.n_classes),  # a conditional model's rows: [x, one-hot(c)]
                        encoder_input=_every_image if every else _minibatch_images)
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
@@ -232,6 +236,6 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
                                      "%s: its steps work on a Gaussian factor" % (flow, family))
         options.update(flow=flow)
     guide = BUILDERS[family](model, **options)
-    x_all = torch.zeros(model.n_obs, model.x_dim) if every else None
-    guide._setup_prototype(torch.zeros(1, model.x_dim), torch.zeros(1, dtype=torch.long), None, x_all)
+    x_all = torch.zeros(model.n_obs, model.input_dim) if every else None
+    guide._setup_prototype(torch.zeros(1, model.input_dim), torch.zeros(1, dtype=torch.long), None, x_all)
     return guide

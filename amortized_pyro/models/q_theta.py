@@ -87,14 +87,18 @@ class QThetaPoint(QThetaNormal):
     U(−1/√fan_in, 1/√fan_in) with torch's fan-in (dimension 1 times the kernel's size), a bias taking the fan-in
     of the weight before it, from the global stream (all zeros would leave every hidden
     unit alike for ever). No scale: draws are θ̂ itself, so the gap's θ draws coincide and its coupling gap is
-    zero by construction."""
+    zero by construction. The sites named in ``zero`` start at 0 instead (a learned p(z | c)'s M and S, which then
+    starts as N(0, I))."""
 
-    def __init__(self, shapes, objective="elbo"):
+    def __init__(self, shapes, objective="elbo", zero=()):
         LocalModule.__init__(self)
         self.objective = objective  # scores nothing here: a point mass has no scale to score as a variance
         self.shapes = dict(shapes)
         parts, fan_in = [], 1
-        for shape in self.shapes.values():
+        for site, shape in self.shapes.items():
+            if site in zero:
+                parts.append(torch.zeros(math.prod(shape)))
+                continue
             fan_in = shape[1] * math.prod(shape[2:]) if len(shape) > 1 else fan_in  # torch's fan-in rule
             bound = 1 / math.sqrt(fan_in)
             parts.append(torch.empty(math.prod(shape)).uniform_(-bound, bound))

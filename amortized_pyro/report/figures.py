@@ -26,8 +26,8 @@ import numpy as np
 
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.gap_figures import gap_figure
+from amortized_pyro.report.marks import spread
 from amortized_pyro.report.style import configuration_colors, empty_panel, legend_outside, save_figure, subplots
-from amortized_pyro.report.tables import spread
 from amortized_pyro.runs.layout import slug
 from amortized_pyro.study.results import PLATEAU_FRACTION
 

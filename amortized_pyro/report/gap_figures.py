@@ -10,8 +10,9 @@ import numpy as np
 
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.models.guides import ENCODER_GUIDES, FAMILIES, display_order
+from amortized_pyro.report.marks import spread
 from amortized_pyro.report.style import FAMILY_COLORS, empty_panel, legend_outside, save_figure, subplots
-from amortized_pyro.report.tables import capacity_seeds, spread
+from amortized_pyro.report.tables import capacity_seeds
 
 
 # train and test: a line style, a marker and its fill each

@@ -12,8 +12,8 @@ images); the images, θ draws and z draws of a run are shared by all its encoder
 import numpy as np
 
 from amortized_pyro.gap.pooling import over_seeds
+from amortized_pyro.report.marks import plus_minus
 from amortized_pyro.report.style import legend_outside, save_figure, subplots
-from amortized_pyro.report.tables import plus_minus
 
 SET_STYLES = {"train": ("tab:blue", "o", "-"), "train-unseen": ("tab:orange", "s", ":"), "test": ("tab:red", "^", "--")}
 SET_NAMES = {"train": "training images", "train-unseen": "training images a subset encoder never saw",

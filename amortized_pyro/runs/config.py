@@ -21,6 +21,7 @@ from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
+from amortized_pyro.models.conditional import CLASS_PRIORS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
@@ -132,6 +133,13 @@ class FitConfig(Checked):
                                 "a point mass started at torch's Linear initialisation (a standard VAE, as Cremer et "
                                 "al. 2018 and Pyro's examples/vae): the gap then has no coupling term.",
                                 choices=DECODER_PRIORS)
+    conditional: bool = setting(False, "A conditional VAE (Sohn et al. 2015) on the images' class labels: the "
+                               "decoder reads [z, one-hot(c)], the encoder guides' encoder [x, one-hot(c)] (F-VI and "
+                               "constant-VI unchanged), p(z | c) as --class-prior says; needs a dataset with labels.")
+    class_prior: str = setting("standard", "p(z | c) of a conditional model: standard, N(0, I) (Sohn et al.'s "
+                               "baseline), or learned, N(μ_c, diag σ_c²) with per-class means and log-scales a global "
+                               "site (Bayesian as the decoder: a Normal prior and mean-field q; point estimates with "
+                               "--decoder-prior none).", choices=CLASS_PRIORS)
     z_dim: int = setting(64, "Latent dimension.", low=1)
     hidden: int = setting(256, "Decoder hidden width H.", low=1)
     init_scale: float = setting(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
@@ -197,6 +205,9 @@ class FitConfig(Checked):
             raise InvalidSettings("the meanfield estimator's analytic KL is the true one: it cannot score q as the "
                                   "reference objective does (use estimator = trace with objective = reference)",
                                   ["estimator", "objective"])
+        if self.class_prior != "standard" and not self.conditional:
+            raise InvalidSettings("--class-prior %s is the prior p(z | c) of a conditional model: add --conditional"
+                                  % self.class_prior, ["class_prior", "conditional"])
         if self.decoder_prior == "none" and self.estimator == "meanfield":
             raise InvalidSettings("the meanfield estimator's analytic KL has no form for a point-estimated decoder "
                                   "(use estimator = trace with decoder_prior = none)", ["estimator", "decoder_prior"])

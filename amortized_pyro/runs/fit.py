@@ -26,12 +26,14 @@ from amortized_pyro.runs.store import (RunWriter, describe, ms_per_epoch, read_c
 from amortized_pyro.support.devices import resolve_device
 
 
-def build(config, n_obs, x_dim, device, image_shape=None):
+def build(config, n_obs, x_dim, device, image_shape=None, n_classes=None):
     """The model and guide that ``config`` defines, for N = n_obs images of x_dim pixels (of ``image_shape``
-    (C, H, W); None: one channel, square), on ``device``."""
+    (C, H, W); None: one channel, square), on ``device``; a conditional model's labels name ``n_classes``
+    classes."""
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
                                  config.likelihood, config.local_terms, decoder_prior=config.decoder_prior,
-                                 decoder=config.decoder, image_shape=image_shape)
+                                 decoder=config.decoder, image_shape=image_shape,
+                                 n_classes=n_classes if config.conditional else 0, class_prior=config.class_prior)
     guide = make_guide(config.guide, model, width=config.width, init_scale=config.init_scale,
                        encoder_layers=config.encoder_layers, qz_init=config.qz_init, seed=config.seed,
                        refine_steps=config.refine_steps, refine_lr=config.refine_lr, encoder_slope=config.encoder_slope,
@@ -112,13 +114,19 @@ def final_elbo_line(final):
 
 
 def prepare_data(config, data=None, log=print):
-    """The run's data: loaded (or given), binarized where asked, checked against the likelihood."""
+    """The run's data: loaded (or given), binarized where asked, checked against the likelihood and, for a
+    conditional model, for labels (their absence a usage error, in one line)."""
     if data is None:
         data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
                          config.download, log, binarize=config.binarize, grayscale=config.grayscale)
     else:
         data = data.grayscale() if config.grayscale else data
         data = data.binarize(config.seed) if config.binarize and not data.binarized else data
+    if config.conditional:
+        try:
+            data.labels_or_refuse("--conditional")
+        except AmortizedPyroError as e:  # a usage error: the option meets the data
+            raise InvalidSettings(str(e), ["conditional"]) from None
     if config.likelihood == "bernoulli" and not data.is_binary():  # a usage error: the options meet the data
         raise InvalidSettings("--likelihood bernoulli needs binary images, and these are not: add --binarize",
                               ["likelihood", "binarize"])
@@ -141,8 +149,10 @@ def run_data(path, info, config, data=None, log=print):
     if data is None:
         origin = info["data"].get("origin") or {"dataset": info["data"]["name"], "data_dir": config.data_dir}
         # the subset's seed: a comparison draws every run's images from its --data-seed, not the run's seed
+        # and its sizes as recorded: images given to fit() were cut to their own sizes, not the config's
         data = prepare_data(replace(config, dataset=origin["dataset"], data_dir=origin["data_dir"],
-                                    seed=origin.get("seed", config.seed)), None, log)
+                                    seed=origin.get("seed", config.seed), n_obs=info["data"]["n_obs"],
+                                    n_test=info["data"]["n_test"]), None, log)
     else:
         data = prepare_data(config, data, log)
     recorded = info["data"]["fingerprint"]
@@ -222,7 +232,7 @@ def start(config, data, device, writer, checkpoint):
     """The model, guide and training state of a run on ``data`` (on ``device``), restored from ``checkpoint``
     where given, else written as its first checkpoint where there is a ``writer``."""
     n_obs, x_dim = data.train.shape
-    model, guide = build(config, n_obs, x_dim, device, data.shape)
+    model, guide = build(config, n_obs, x_dim, device, data.shape, data.n_classes)
     state = TrainingState(guide, config, device)
     if checkpoint:
         restore(checkpoint, guide, state, config, device)
@@ -288,8 +298,10 @@ def load_run(path, device="cpu", data=None):
     if data is not None:
         run_data(path, info, config, data)
     with torch.random.fork_rng(devices=[]):  # the encoder's initialisation, overwritten at once, draws nothing
+        labels = info["data"].get("labels") or {}
         model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device,
-                             info["data"].get("image_shape"))  # runs of earlier versions: square, one channel
+                             info["data"].get("image_shape"),  # runs of earlier versions: square, one channel
+                             labels.get("n_classes"))
     guide.load_state_dict(guide_state)
     train_seconds = history[-1]["time"] if history else 0.0
     return FitResult(config, history, model, guide, info["data"]["source"], str(device), train_seconds,

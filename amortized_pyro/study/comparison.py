@@ -17,6 +17,7 @@ from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.inference.evaluation import reconstruct
 from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.models.conditional import model_data
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.runs.config import FitConfig, check_values, first_difference
 from amortized_pyro.runs.data import load_data
@@ -196,8 +197,9 @@ def reconstructions(result, data):
     """(split, who, images) of the first training and test images: the originals and ``result``'s plug-in
     reconstructions (None where its guide has no factor for them)."""
     train, test = data.train[:N_IMAGES], data.test[:N_IMAGES]
+    inputs = model_data(result.model, data)  # a conditional run reads them with their labels
     name = config_label(result.config)
     train_idx = torch.arange(len(train), device=train.device)
     return [("train", "original", train), ("test", "original", test),
-            ("train", name, reconstruct(result.model, result.guide, train, train_idx)),
-            ("test", name, reconstruct(result.model, result.guide, test))]
+            ("train", name, reconstruct(result.model, result.guide, inputs.train[:N_IMAGES], train_idx)),
+            ("test", name, reconstruct(result.model, result.guide, inputs.test[:N_IMAGES]))]

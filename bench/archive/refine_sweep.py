@@ -16,7 +16,7 @@ import torch
 
 from amortized_pyro.gap.measure import gap_images, guide_elbos
 from amortized_pyro.local.gaps import GapSettings
-from amortized_pyro.report.tables import plus_minus
+from amortized_pyro.report.marks import plus_minus
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.support.stats import mean_stderr
 from inference_cost import run_arguments

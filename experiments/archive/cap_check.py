@@ -7,7 +7,7 @@ is the Monte Carlo noise of the estimates alone; absent for F-VI's test images),
 import json
 import sys
 
-from amortized_pyro.report.tables import plus_minus
+from amortized_pyro.report.marks import plus_minus
 from amortized_pyro.support.stats import mean_stderr
 
 KEYS = ("elbo_guide", "elbo_optimized", "elbo_per_theta")
