@@ -14,6 +14,8 @@
 #                 the original study at its full length (experiments/studies-end.sh, STUDIES=original): its 7
 #                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default 540) have passed (BENCH=0 skips the benches; WORKERS, PYTEST_LIMIT: pytest's workers and time limit), when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
 #                 and the A-VI k = 64 runs' params.pt (for their gaps)
+# Give the device tool's run a timeout_s of at least DEADLINE + 60: the studies' stop, the archives and the output
+# come after DEADLINE, and a run killed at its limit brings nothing back (2026-11-26: 235 s against 270 s lost all).
 set -u
 OUT=${OUT:-/tmp/cuda-session}
 mkdir -p "$OUT" /tmp/bin
@@ -32,6 +34,10 @@ echo "[$SECONDS s] studies start" | tee -a "$OUT/bench.txt"
 DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 RUNS=runs/cuda CHECKPOINT=1m JOBS=7 STUDIES=original \
   bash experiments/studies-end.sh .gpu/mnist &
 studies=$!
+# the tests that need CUDA first (the machine lent on 2026-11-26 gave the process one CPU: nproc 1, so the whole
+# suite did not fit one call), then the whole suite as far as PYTEST_LIMIT allows
+timeout 120 python3 -m pytest -q -rfE --tb=line -p no:cacheprovider -k "cuda" tests/test_training.py tests/test_replicas.py \
+  tests/test_cli.py > "$OUT/pytest-cuda.txt" 2>&1
 timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
   > "$OUT/pytest.txt" 2>&1
 echo "[$SECONDS s] pytest exit $?" | tee -a "$OUT/bench.txt"
@@ -47,6 +53,6 @@ for _ in $(seq 20); do pgrep -f "amortized_pyro compare" > /dev/null || break; s
 echo "[$SECONDS s] studies stopped or done" | tee -a "$OUT/bench.txt"
 tar czf "$OUT/runs-small.tar.gz" --exclude='*.pt' runs/cuda
 tar czf "$OUT/params.tar.gz" runs/cuda/end-original-*-amortized/runs/*/*/params.pt 2>/dev/null
-grep -E "^(FAILED|ERROR)|passed|failed|node down" "$OUT/pytest.txt"; cat "$OUT/bench.txt" | tail -60
+grep -E "^(FAILED|ERROR)|passed|failed|node down" "$OUT/pytest-cuda.txt" "$OUT/pytest.txt"; cat "$OUT/bench.txt" | tail -60
 for f in runs/cuda/end-*/runs/*/*seed0/metrics.jsonl; do echo "$f: $(tail -1 "$f" | cut -c1-150)"; done
 ls -la "$OUT"

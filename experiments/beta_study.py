@@ -32,7 +32,8 @@ import torch
 
 from amortized_pyro.inference.disentanglement import active_units, mutual_information_gap
 from amortized_pyro.inference.evaluation import factor
-from amortized_pyro.runs.fit import load_run, prepare_data
+from amortized_pyro.runs.fit import load_run
+from amortized_pyro.runs.images import prepare_data
 
 BETAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 BAYESIAN_BETAS = (1.0, 4.0)

@@ -23,7 +23,8 @@ from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
 from amortized_pyro.runs.config import FitConfig, check_applicable, check_values
-from amortized_pyro.runs.fit import RESUMABLE_CHANGES, check_finished, fit, load_run, prepare_data, resume
+from amortized_pyro.runs.fit import RESUMABLE_CHANGES, check_finished, fit, load_run, resume
+from amortized_pyro.runs.images import prepare_data
 from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
 from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
 from amortized_pyro.study.comparison import COMPARE_GAP, WIDTHS, compare

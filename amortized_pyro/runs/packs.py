@@ -12,8 +12,8 @@ from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
 from amortized_pyro.inference.replicas import Pack, Stream, check_pack
 from amortized_pyro.inference.training import train
 from amortized_pyro.runs.config import FitConfig
-from amortized_pyro.runs.fit import (finish, load_run, new_writer, prepare_data, resume, resume_writer, run_data,
-                                     seed_run, start, stopped)
+from amortized_pyro.runs.fit import finish, load_run, new_writer, resume, resume_writer, seed_run, start, stopped
+from amortized_pyro.runs.images import prepare_data, run_data
 from amortized_pyro.runs.layout import PACK_RUNS, pack_run_dir
 from amortized_pyro.runs.store import read_checkpoint, read_info, reopen, run_status
 from amortized_pyro.support.devices import resolve_device
