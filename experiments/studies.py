@@ -16,6 +16,7 @@ GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
 ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # experiments/architectures.sh's
 REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "sa-vi-5", "sa-vi-5-momentum",
                 "sa-vi-20")  # experiments/remedies.sh's
+CVAE_GAP_DESIGNS = ("vae", "cvae")  # experiments/cvae-gap.sh's: the VAE and the CVAE (p(z | c) = N(0, I))
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
     ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
@@ -111,6 +112,15 @@ STUDIES = {study.name: study for study in (
                      + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
                      stdout="figures/remedies/inference.md")],
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("cvae-gap", "the CVAE's gap against the VAE's, A-VI k = 64 and F-VI, paired per (seed, image)",
+          "figures/cvae-gap", "runs/cvae-gap",
+          lambda ctx: [Mirror("runs/cvae-gap/%s" % design, "figures/cvae-gap/%s" % design)
+                       for design in CVAE_GAP_DESIGNS]
+          + [Command(("python", "experiments/gap_tables.py")
+                     + tuple("figures/cvae-gap/%s" % design for design in CVAE_GAP_DESIGNS)
+                     + ("--out", "figures/cvae-gap", "--title", "CVAE against VAE", "--against", "A-VI k=64",
+                        "--against", "F-VI"))],
+          ("runs/cvae-gap/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",
           lambda ctx: [Command(("python", ARCHIVE + "/cap_check.py", ctx.one(run) + "/gap-test.json",
