@@ -312,9 +312,6 @@ NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.*?)\s*-->\s*$")
 NOTEBOOK_PAGES = {"docs/your-model.md": "a notebook page: its blocks run in order, as docs/your-model.ipynb, in "
                                         "tests/test_your_model_page.py"}
 # Pages another piece of work owns, whose blocks do not run alone yet: reported to it, expected to fail until fixed
-PENDING = {"docs/python-api.md": "pending (page owned by the conditional-model work, reported there): its blocks "
-                                 "do not run alone yet (the first needs finished runs runs/my-run and "
-                                 "runs/interrupted-run, the others a model, a guide and data of the reader's)"}
 BLOCK_SECONDS = 120
 
 
@@ -354,8 +351,6 @@ def test_python_block_runs_alone(page, code, why, tmp_path):
         pytest.skip("%s: not run: %s" % (name, why))
     if name in NOTEBOOK_PAGES:
         pytest.skip("%s: not run alone: %s" % (name, NOTEBOOK_PAGES[name]))
-    if name in PENDING:
-        pytest.xfail("%s: %s" % (name, PENDING[name]))
     (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     (tmp_path / "block.py").write_text(code)
     env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
