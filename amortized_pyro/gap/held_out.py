@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from amortized_pyro.gap.capacity import objective_level, train_encoder
-from amortized_pyro.gap.measure import guide_elbos, measure
+from amortized_pyro.gap.measure import gap_seed_for, guide_elbos, measure
 from amortized_pyro.local.gaps import summarize
 from amortized_pyro.models.conditional import model_data
 
@@ -172,7 +172,7 @@ def study(result, data, encoders, training, settings, n_images, refine_steps=(),
     given; encoders with rows in ``done`` are not trained again; ``save(references, rows)`` after each."""
     seed = result.config.seed
     data = model_data(result.model, data)  # a conditional run's images with their labels
-    gap_seed = settings.seed + (0 if settings.paired else seed)
+    gap_seed = gap_seed_for(settings, seed)
     sets, _ = image_sets(data, gap_seed, n_images)
     if references is None:
         log("reference: q*, the q*_m and log p(x) on %s (%d images each)" % (", ".join(sets), n_images))

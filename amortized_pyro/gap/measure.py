@@ -19,11 +19,17 @@ from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
 
 
+def gap_seed_for(settings, run_seed):
+    """The gap seed of a run trained with seed ``run_seed``: ``settings.seed`` plus it, or ``settings.seed`` alone
+    where ``settings.paired`` (every run then measured on the same images and draws). The one rule, for the gap
+    report's images (:func:`gap_images`) and the held-out study's sets."""
+    return settings.seed + (0 if settings.paired else run_seed)
+
+
 def gap_images(settings, run_seed, split_size, n_images):
     """(the gap seed, the indices of ``n_images`` of a split's ``split_size`` images drawn without replacement
-    by it): the gap seed is ``settings.seed`` plus the run's training seed, or ``settings.seed`` alone where
-    ``settings.paired`` (every run then measured on the same images and draws)."""
-    gap_seed = settings.seed + (0 if settings.paired else run_seed)
+    by it)."""
+    gap_seed = gap_seed_for(settings, run_seed)
     return gap_seed, torch.randperm(split_size, generator=torch.Generator().manual_seed(gap_seed))[:n_images]
 
 
