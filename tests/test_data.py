@@ -65,6 +65,19 @@ def test_a_broken_torchvision_is_named_not_the_network(tmp_path, monkeypatch):
         load_data("fashion-mnist", data_dir=tmp_path, n_obs=100, n_test=10)
 
 
+@pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10", "svhn"])
+def test_offline_without_files_says_so_whatever_torchvision_s_health(tmp_path, monkeypatch, name):
+    """With downloading off and no files in the data folder the answer is about the data, torchvision importable
+    or not (a torchvision built for another torch must not turn it into an installation message)."""
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now raises ImportError
+    lines = []
+    try:
+        load_data(name, data_dir=tmp_path, n_obs=20, n_test=5, download=False, log=lines.append)
+    except AmortizedPyroError as error:
+        lines.append(str(error))
+    assert len(lines) == 1 and "downloading is off" in lines[0] and "torchvision" not in lines[0]
+
+
 @pytest.mark.parametrize("compress", [False, True])
 def test_idx_folder_with_train_and_test_files(tmp_path, compress):
     images = sample_images()

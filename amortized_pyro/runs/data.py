@@ -126,6 +126,12 @@ def read_torchvision(name, data_dir, download):
                                                                                 for f in SVHN_FILES)
     if own_reader and present:
         return own_reader()
+    if not download and not (own_reader or (data_dir / NAMED[name] / "raw").is_dir()):
+        # torchvision's own answer ("Dataset not found"), without importing it: with downloading off and no files
+        # there, a torchvision that cannot be imported changes nothing, and the message is about the data
+        raise AmortizedPyroError("Dataset not found. You can use download=True to download it")
+    if not download and own_reader:
+        raise AmortizedPyroError("Dataset not found or corrupted. You can use download=True to download it")
     try:
         from torchvision import datasets
     except Exception as e:  # ImportError, or a torchvision built for another torch (RuntimeError, OSError)
