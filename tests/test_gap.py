@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import pyro
 
 from amortized_pyro.cli.commands import cli
-from amortized_pyro.gap.measure import gap_images, measure
+from amortized_pyro.gap.measure import gap_images, measure, measure_run
 from amortized_pyro.local.steppers import RowAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
@@ -330,3 +330,16 @@ def test_runs_of_different_seeds_get_different_images_unless_paired():
     assert len({tuple(images.tolist()) for _, images in seeds}) == 3
     same = [gap_images(paired, run_seed, 500, 100) for run_seed in (0, 1, 2)]
     assert len({(s, tuple(images.tolist())) for s, images in same}) == 1 and same[0][0] == 7
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_without_progress_bars_each_phase_of_a_gap_is_a_line_as_it_begins(tmp_path, progress):
+    run = tiny_finished_run(tmp_path / "run")
+    lines = []
+    measure_run(run, split="test", n_images=3, settings=GapSettings(max_steps=50, ais_steps=5), log=lines.append,
+                progress=progress)
+    phases = [line for line in lines if line.startswith("gap: ")]
+    if progress:  # the bars say it instead
+        assert phases == []
+    else:
+        assert phases == ["gap: q* (3 images)", "gap: q*_m, 8 θ draws (3 images)", "gap: AIS (3 images)"]

@@ -34,13 +34,13 @@ def gap_images(settings, run_seed, split_size, n_images):
 
 
 @pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
-def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None):
+def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None, log=None):
     """Every quantity of the module docstring for images x as the model reads them (a conditional model's rows
     [x, one-hot(c)]: :meth:`~amortized_pyro.models.decoder.BayesianDecoderModel.inputs`; idx: their training
     indices, for per-datapoint factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
     per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
-    a progress bar per phase (q*, the q*_m, AIS) on stderr; ``seed``: the draws' seed (default:
-    ``settings.seed``)."""
+    a progress bar per phase (q*, the q*_m, AIS) on stderr, or without one a line through ``log`` (where given) as
+    each phase begins; ``seed``: the draws' seed (default: ``settings.seed``)."""
     settings = (settings or GapSettings()).check()
     if refine_steps and refine_steps != (0,):
         guide.check_gaussian("refinement")
@@ -50,7 +50,7 @@ def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=
     result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
                                    () if guide.local_flow is not None else refine_steps, progress, compact=True,
                                    coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}),
-                                   select=select)
+                                   select=select, log=log)
     with torch.no_grad():
         theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
         images, codes = model.split(x)
@@ -127,7 +127,7 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     log("measuring on %d %s images (gap seed %d), in turn: %s" % (
         x.shape[0], split, gap_seed, "; ".join(phases(result.guide, settings, refine_steps if own else ()))))
     began = time.perf_counter()
-    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed)
+    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed, log)
     log("measured in %.0f s" % (time.perf_counter() - began))
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
                 guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,

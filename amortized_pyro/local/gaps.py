@@ -187,14 +187,15 @@ def counted(names, choice):
 
 
 def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_steps=(), progress=False,
-                    compact=False, coupling=True, flow=None, select=None):
+                    compact=False, coupling=True, flow=None, select=None, log=None):
     """The gaps of the module docstring for any model: ``log_joint(x, z, θ)`` its per-image local log joint
     (z [M, S, n, size] against θ stacked [M, ...]: see :mod:`amortized_pyro.local.estimates`), ``fit``, ``score``
     and ``select`` the fitting, the fresh and the selection global draws (:func:`global_draws`,
     :func:`selection_draws`; ``select`` None: q* is chosen on the fitting draws, with z draws of their own, which
     catches an optimum that fell below its start but not one that overfits the fitting draws), ``factor`` the
     guide's (μ, σ) [n, size] or None (then q* starts from N(0, I), a candidate in the guide's place);
-    ``progress``: a progress bar per phase; ``compact``: images leave the optimizations once stopped, where
+    ``progress``: a progress bar per phase (without one, ``log`` where given gets a line as each phase begins);
+    ``compact``: images leave the optimizations once stopped, where
     the log joint of some images is theirs alone (:func:`~amortized_pyro.local.optimize.converge`);
     ``coupling=False``: q(θ) is a point mass, so there is no coupling term (no q*_m: the coupling gap and
     L(q*_m) are None, the approximation gap is against L(q*)); ``flow``: the guide's factor is ``factor``
@@ -212,6 +213,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
     start = factor if factor is not None else (torch.zeros(n, size, device=x.device),
                                                torch.ones(n, size, device=x.device))
     def bar(phase):
+        if log is not None and not progress:
+            log("gap: %s (%d images)" % (phase, n))
         return tqdm(desc="gap: %s (%d images)" % (phase, n), unit="step", disable=not progress, leave=False)
 
     lr = settings.lr if flow is None else settings.flow_lr  # q* and the q*_m, in their family
