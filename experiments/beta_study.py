@@ -15,13 +15,15 @@ estimates it separately when β ≠ 1), the KL of q(z | x) from p(z) in closed f
 averaged over the run's training images, the reconstruction term E_q[log p(x | z)] = ELBO + KL (standard decoder
 only: with the Bayesian one the ELBO also holds KL(q(θ) ‖ p(θ)) / N), active units and, on the shapes, the Mutual
 Information Gap against the four factors (amortized_pyro.inference.disentanglement, posterior means of the shapes
-file's training images), and the amortization gap of its report. Mean ± s.e. over seeds. Figures: each quantity
+file's training images), and the amortization gap of its report. Mean ± s.e. over seeds. Each run's small files
+(config, metrics, summary, gap report) are copied under OUT/runs/. Figures: each quantity
 against β, and latent traversals (seed 0, β = 1 and 4: one test image's posterior mean, each dimension set to
 −3 … 3, decoded at q(θ)'s mean; dimensions by decreasing KL).
 """
 import argparse
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +41,7 @@ BETAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 BAYESIAN_BETAS = (1.0, 4.0)
 SEEDS = (0, 1, 2)
 PRESET = "experiments/beta-study.toml"
+SMALL_FILES = ("config.json", "metrics.jsonl", "summary.json", "gap-test.json")
 
 
 def grid():
@@ -199,6 +202,11 @@ def report(args):
         if not (run_dir / "summary.json").exists():
             continue
         row, result, data = measure(run_dir, args.shapes)
+        kept_files = args.out / "runs" / run_dir.name  # the run's small files, so the table can be checked without runs/
+        kept_files.mkdir(parents=True, exist_ok=True)
+        for name in SMALL_FILES:
+            if (run_dir / name).exists():
+                shutil.copyfile(run_dir / name, kept_files / name)
         rows.append(dict(row, dataset=dataset, decoder=decoder, beta=beta, seed=seed, run=str(run_dir)))
         if seed == 0 and decoder == "standard" and beta in (1.0, 4.0):
             kept.setdefault(dataset, {})["β = %g" % beta] = (result, data, np.array(row["kl_per_dim"]))

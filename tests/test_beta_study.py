@@ -43,6 +43,9 @@ def test_the_table_holds_each_beta_with_its_identities(report):
     table = (report / "beta.md").read_text()
     assert table.count("| shapes | standard |") == 2 and "%.1f" % rows[0]["elbo"] in table
     assert "| n/a |" in table  # the missing gap says so
+    for r in rows:  # each run's small files beside the table
+        kept = report / "runs" / ("shapes-standard-b%g-s0" % r["beta"])
+        assert {p.name for p in kept.iterdir()} == {"config.json", "metrics.jsonl", "summary.json"}
 
 
 def test_the_figures_are_drawn(report):
