@@ -12,13 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/quickstart/gaps.md",
-          "figures/studies-end/original.md"]
+          "figures/studies-end/original.md", "figures/capacity/capacity.md"]
 
 
 def command_of(text):
     """The ``Command: python experiments/...`` line of a table (first line, or the last, in backquotes)."""
     for line in text.splitlines():
-        found = re.match(r"Command: `?(python experiments/\S+\.py .*?)`?$", line.strip())
+        found = re.match(r"Command: `?(python experiments/\S+\.py .*?)`?( \(\d+ \w+\))?$", line.strip())
         if found:
             return found.group(1)
     raise AssertionError("no Command: line")
