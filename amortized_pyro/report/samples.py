@@ -1,5 +1,7 @@
 """The figure of drawn images (the ``sample`` command): a grid whose rows are classes (a conditional run) or
 independent draws (an unconditional one), each row named at its left, what was drawn said in the title."""
+import textwrap
+
 from amortized_pyro.report.style import save_figure, subplots
 
 
@@ -28,5 +30,6 @@ def sample_figure(images, image_shape, row_names, title, path):
             else:  # channel-first rows, drawn as height × width × colour
                 ax.imshow(image.transpose(1, 2, 0))
         axes[r][0].set_ylabel(row_names[r], fontsize=8, rotation=0, ha="right", va="center")
-    fig.suptitle(title, fontsize=8)
+    # wrapped to the grid's width (about 14 characters of 8-point text per inch): a long title is not cut at the edges
+    fig.suptitle(textwrap.fill(title, max(30, int(14 * (0.9 * cols + 1.0)))), fontsize=8)
     return save_figure(fig, path)
