@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from amortized_pyro.autoguides.capacity import EncoderTraining, until_converged
 from amortized_pyro.cli.commands import cli
-from amortized_pyro.gap.held_out import Encoder, image_sets, training_images
+from amortized_pyro.gap.held_out import FreshEncoder, image_sets, training_images
 from amortized_pyro.gap.measure import guide_elbos, measure
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.held_out import in_training
@@ -50,13 +50,13 @@ def test_image_sets_and_what_each_encoder_trains_on(run_dir):
     def trained_on(encoder):
         x, validation = training_images(data, order, encoder, 4)
         return [rows.get(tuple(r.tolist())) for r in x], validation
-    small, big = trained_on(Encoder(4, 20))[0], trained_on(Encoder(4, 40))[0]
+    small, big = trained_on(FreshEncoder(4, 20))[0], trained_on(FreshEncoder(4, 40))[0]
     assert len(small) == 20 and small == big[:20] and train <= set(small) and not unseen & set(big)
-    everything, _ = trained_on(Encoder(4, "train"))
+    everything, _ = trained_on(FreshEncoder(4, "train"))
     assert sorted(everything) == list(range(data.train.shape[0]))
-    x, _ = training_images(data, order, Encoder(4, "train+test"), 4)
+    x, _ = training_images(data, order, FreshEncoder(4, "train+test"), 4)
     assert x.shape[0] == data.train.shape[0] + data.test.shape[0] and torch.equal(x[-data.test.shape[0]:], data.test)
-    fitted, validation = trained_on(Encoder(4, "train", "early-stopping", 2))
+    fitted, validation = trained_on(FreshEncoder(4, "train", "early-stopping", 2))
     held = [rows.get(tuple(r.tolist())) for r in validation]
     assert len(fitted) + len(held) == data.train.shape[0] and not train & set(held) and len(held) == 5
     assert in_training({"set": "test", "train_on": "train+test"}) and not in_training({"set": "train-unseen",

@@ -158,14 +158,14 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
     subsets of its training images, on all of them, and on them plus the held-out images (transductive), some
     regularized; their gaps on training images, training images a subset encoder never saw, and held-out
     images, against one q* per image."""
-    from amortized_pyro.gap.held_out import Encoder, study
+    from amortized_pyro.gap.held_out import FreshEncoder, study
 
     training, gap_settings = (kind(**{k: v for k, v in settings.items() if k in kind.__dataclass_fields__})
                               for kind in (EncoderTraining, GapSettings))
-    encoders = [Encoder(w, n) for w in widths for n in subsets] + [Encoder(w, t) for w in widths
+    encoders = [FreshEncoder(w, n) for w in widths for n in subsets] + [FreshEncoder(w, t) for w in widths
                                                                    for t in ("train", "train+test")]
-    encoders += [Encoder(w, "train", "weight-decay", d) for w in regularized_widths for d in weight_decays]
-    encoders += [Encoder(w, "train", "early-stopping", early_stopping) for w in regularized_widths if early_stopping]
+    encoders += [FreshEncoder(w, "train", "weight-decay", d) for w in regularized_widths for d in weight_decays]
+    encoders += [FreshEncoder(w, "train", "early-stopping", early_stopping) for w in regularized_widths if early_stopping]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows_path, refs_path = out / "held_out.jsonl", out / "references.jsonl"

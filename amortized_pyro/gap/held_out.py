@@ -11,7 +11,7 @@ encoders are trained on chosen images and scored against one reference measureme
 What an encoder trains on (``train_on``): ``"train"`` (the run's N training images), ``"train+test"`` (those
 and every held-out image: a transductive encoder, the upper reference), or a number n < N (the ``train``
 images and the first n − ``n_images`` others in the gap seed's order, never the train-unseen ones: nested
-subsets, the decoder fixed, so that N varies for the encoder alone). Regularized variants (:class:`Encoder`):
+subsets, the decoder fixed, so that N varies for the encoder alone). Regularized variants (:class:`FreshEncoder`):
 AdamW's weight decay on the encoder's matrices, or early stopping on a validation split (the last tenth of
 its training images, held out from it): the best window's encoder by the validation images' local ELBO,
 stopped after ``patience`` windows without a rise.
@@ -48,7 +48,7 @@ VALIDATION_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
-class Encoder:
+class FreshEncoder:
     """One fresh encoder of the study: its width, what it trains on, and its regularizer.
 
     :param int width: hidden width k (the run's encoder depth and slope).

@@ -72,7 +72,7 @@ def predict(model, guide, x, idx, draws, generator):
         return None
     chunks = [slice(start, start + EVAL_BATCH) for start in range(0, x.shape[0], EVAL_BATCH)]
     factors = [factor(guide, x[rows], None if idx is None else idx[rows]) for rows in chunks]  # once, not per draw
-    if any(factor is None for factor in factors):
+    if any(q_z is None for q_z in factors):
         return None
     images, codes = model.split(x)
     total = torch.zeros_like(images)
