@@ -158,7 +158,8 @@ def figure(rows, path):
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle("β-VAE, A-VI k = 64, 3 seeds (mean ± s.e.); the ELBO is the true bound (β = 1) at every β")
+    fig.suptitle("β-VAE, A-VI k = 64: mean ± s.e. over seeds (beta.md: how many); the ELBO is the true bound (β = 1) "
+                 "at every β")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
