@@ -42,6 +42,15 @@ def compare_study(name, what, figures=None, **kwargs):
                  script_reports=True, **kwargs)
 
 
+def mirrored_gap_tables(name, cells, title, against):
+    """The report of a study of cells under runs/NAME/CELL: each cell's small files mirrored under figures/NAME/CELL,
+    then their paired gap table (``gap_tables.py --against`` each of ``against``) into figures/NAME."""
+    return [Mirror("runs/%s/%s" % (name, cell), "figures/%s/%s" % (name, cell)) for cell in cells] + [
+        Command(("python", "experiments/gap_tables.py") + tuple("figures/%s/%s" % (name, cell) for cell in cells)
+                + ("--out", "figures/%s" % name, "--title", title)
+                + tuple(x for label in against for x in ("--against", label)))]
+
+
 STUDIES = {study.name: study for study in (
     compare_study("offline", "the reference grid shrunk to a 2-core CPU, on the shipped sample"),
     compare_study("offline-long", "offline's A-VI k = 64, F-VI and constant-VI for 1,500 epochs"),
@@ -95,31 +104,19 @@ STUDIES = {study.name: study for study in (
                       "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),
     Study("architectures", "the gap across decoders: {MLP, conv} × {Bayesian, standard VAE}, A-VI k = 64 and F-VI",
           "figures/architectures", "runs/architectures",
-          lambda ctx: [Mirror("runs/architectures/%s" % cell, "figures/architectures/%s" % cell)
-                       for cell in ARCHITECTURE_CELLS]
-          + [Command(("python", "experiments/gap_tables.py")
-                     + tuple("figures/architectures/%s" % cell for cell in ARCHITECTURE_CELLS)
-                     + ("--out", "figures/architectures", "--title", "Decoders", "--against", "A-VI k=64",
-                        "--against", "A-VI k=64, conv decoder, point θ"))],
+          lambda ctx: mirrored_gap_tables("architectures", ARCHITECTURE_CELLS, "Decoders",
+                                          ("A-VI k=64", "A-VI k=64, conv decoder, point θ")),
           ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
           "figures/remedies", "runs/remedies",
-          lambda ctx: [Mirror("runs/remedies/%s" % cell, "figures/remedies/%s" % cell) for cell in REMEDY_CELLS]
-          + [Command(("python", "experiments/gap_tables.py")
-                     + tuple("figures/remedies/%s" % cell for cell in REMEDY_CELLS)
-                     + ("--out", "figures/remedies", "--title", "Remedies", "--against", "A-VI k=64")),
-             Command(("python", "experiments/inference_costs.py")
+          lambda ctx: mirrored_gap_tables("remedies", REMEDY_CELLS, "Remedies", ("A-VI k=64",))
+          + [Command(("python", "experiments/inference_costs.py")
                      + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
                      stdout="figures/remedies/inference.md")],
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cvae-gap", "the CVAE's gap against the VAE's, A-VI k = 64 and F-VI, paired per (seed, image)",
           "figures/cvae-gap", "runs/cvae-gap",
-          lambda ctx: [Mirror("runs/cvae-gap/%s" % design, "figures/cvae-gap/%s" % design)
-                       for design in CVAE_GAP_DESIGNS]
-          + [Command(("python", "experiments/gap_tables.py")
-                     + tuple("figures/cvae-gap/%s" % design for design in CVAE_GAP_DESIGNS)
-                     + ("--out", "figures/cvae-gap", "--title", "CVAE against VAE", "--against", "A-VI k=64",
-                        "--against", "F-VI"))],
+          lambda ctx: mirrored_gap_tables("cvae-gap", CVAE_GAP_DESIGNS, "CVAE against VAE", ("A-VI k=64", "F-VI")),
           ("runs/cvae-gap/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",
