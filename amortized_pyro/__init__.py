@@ -18,7 +18,6 @@ _HOMES = {
     "load_data": "amortized_pyro.runs.data",
     "load_run": "amortized_pyro.runs.fit",
     "make_guide": "amortized_pyro.models.guides",
-    "measure": "amortized_pyro.gap.measure",
     "measure_run": "amortized_pyro.gap.measure",
     "resume": "amortized_pyro.runs.fit",
 }

@@ -21,7 +21,8 @@ from collections import defaultdict
 
 import torch
 
-from amortized_pyro.gap.measure import measure, measure_run
+from amortized_pyro.autoguides import measure_gap
+from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.local import gaps
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.study.comparison import COMPARE_GAP, COMPARE_REFINE
@@ -59,7 +60,7 @@ def measure_first(run_dir, split, n_images, settings, refine_steps, log):
     result, data = finished_run(run_dir, "cpu", log)
     x = (data.train if split == "train" else data.test)[:n_images]
     idx = torch.arange(x.shape[0]) if split == "train" else None
-    return measure(result.model, result.guide, x, idx, settings, refine_steps)
+    return measure_gap(result.model, result.guide, x, idx, settings=settings, refine_steps=refine_steps)
 
 
 def main():

@@ -1,7 +1,7 @@
 """The numbers behind issue 49's corrections to docs/results.md, recomputed from committed files only:
 
   capacity     which images each fresh encoder's gaps were measured on (the gap seed is the encoder seed), and the
-               fresh k = 64, depth-2 encoders against the run's own encoder on identical images (encoder seed 0's
+               fresh k = 64 encoders of 2 hidden layers against the run's own encoder on identical images (encoder seed 0's
                images are the run's own report's)
   held-out     the "more images for the encoder alone" trend run by run: per run, the held-out gap's change from
                500 to 1,000 and from 1,000 to 2,500 training images, its mean ± s.e. over the runs and the signs;
@@ -21,6 +21,8 @@ import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+from amortized_pyro.autoguides.capacity import layers_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,9 +54,9 @@ def capacity():
         report = json.loads((ROOT / ("figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % split)).read_text())
         own[split] = (report["images"][:3], report["amortization_gap"])
     for split in ("train", "test"):
-        fresh = [r for r in table if (r["width"], r["depth"], r["seed"], r["split"]) == (64, 2, 0, split)][0]
+        fresh = [r for r in table if (r["width"], layers_of(r), r["seed"], r["split"]) == (64, 2, 0, split)][0]
         images, gap = own[split]
-        print("%s, identical images (%s): fresh k=64 depth 2, encoder seed 0: %.1f ± %.1f; the run's own encoder: "
+        print("%s, identical images (%s): fresh k=64 2 hidden layers, encoder seed 0: %.1f ± %.1f; the run's own encoder: "
               "%.1f ± %.1f (± over the 20 images)" % (split, "same" if images == fresh["images"][:3] else "DIFFER",
                                                        fresh["amortization_gap"]["mean"],
                                                        fresh["amortization_gap"]["stderr"], gap["mean"], gap["stderr"]))

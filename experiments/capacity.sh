@@ -18,5 +18,5 @@ if [ "${#runs[@]}" -ne 1 ] || [ ! -f "${runs[0]}" ]; then
   exit 2
 fi
 python -m amortized_pyro capacity "$(dirname "${runs[0]}")" --widths 64,256,1024 \
-  --depths 1,2,3 --seeds 0,1,2 --n-images 20 --theta-draws 4 --ais-steps 0 --importance-samples 100 --no-progress \
+  --layers 1,2,3 --seeds 0,1,2 --n-images 20 --theta-draws 4 --ais-steps 0 --importance-samples 100 --no-progress \
   --out runs/capacity "$@"

@@ -82,7 +82,7 @@ STUDIES = {study.name: study for study in (
           + [step for n in GAP_VS_N_SIZES for step in comparison_copies("runs/gap-vs-n/n%d" % n,
                                                                         "figures/gap-vs-n/n%d" % n)],
           ("runs/gap-vs-n/n*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
-    Study("capacity", "fresh encoders of 3 widths and 3 depths on a frozen q(θ) (Cremer et al.)",
+    Study("capacity", "fresh encoders of 3 widths and 1–3 hidden layers on a frozen q(θ) (Cremer et al.)",
           "figures/capacity", "runs/capacity",
           lambda ctx: [Command(("python", "experiments/capacity_status.py", "runs/capacity/capacity.jsonl",
                                 "--out", "figures/capacity"))],

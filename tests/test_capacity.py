@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from amortized_pyro.autoguides.capacity import EncoderTraining
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.gap.capacity import train_encoder
-from amortized_pyro.gap.measure import measure
+from amortized_pyro.autoguides import measure_gap
 from amortized_pyro.gap.pooling import over_seeds
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.gap_figures import SHORT
@@ -32,8 +32,8 @@ def test_a_converged_encoder_closes_the_gap_where_it_can():
     settings = GapSettings(theta="mean", samples=2000, lr=0.02, step_samples=64, window=50, patience=5)
     before = train_encoder(linear.model, linear.guide.q_theta, x, 8, 1, 1.0, EncoderTraining(max_epochs=1), 0)[0]
     for images in (x[:10], linear.x):  # training images, and images it never saw
-        gap = measure(linear.model, guide, images, None, settings)["amortization_gap"]
-        untrained = measure(linear.model, before, images, None, settings)["amortization_gap"]
+        gap = measure_gap(linear.model, guide, images, None, settings=settings)["amortization_gap"]
+        untrained = measure_gap(linear.model, before, images, None, settings=settings)["amortization_gap"]
         assert not capped and abs(gap["mean"]) < 4 * gap["stderr"], (epochs, gap)
         assert untrained["mean"] > gap["mean"] + 4 * untrained["stderr"]  # a one-epoch encoder is well off
 
@@ -60,7 +60,7 @@ def finished_run(tmp_path_factory):
 
 
 def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run, saved_figures):
-    args = ["capacity", str(finished_run), "--widths", "4,16", "--depths", "1,2", "--seeds", "0,1", "--n-images", "5",
+    args = ["capacity", str(finished_run), "--widths", "4,16", "--layers", "1,2", "--seeds", "0,1", "--n-images", "5",
             "--max-epochs", "3", "--encoder-window", "2", "--encoder-batch-size", "20", "--theta-draws", "1", "--importance-samples", "20",
             "--samples", "5", "--max-steps", "50", "--window", "10", "--ais-steps", "0"]
     first = CliRunner().invoke(cli, args[:7] + ["0"] + args[8:])  # seed 0 only, then the whole sweep continues it
@@ -70,7 +70,7 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run, saved_f
     assert "continuing the sweep" in result.output and "(4 encoders done)" in result.output
     assert result.output.count("encoder k=") == 4  # only seed 1's encoders trained
     rows = [json.loads(line) for line in (finished_run / "capacity" / "capacity.jsonl").read_text().splitlines()]
-    assert sorted((r["width"], r["depth"], r["seed"], r["split"]) for r in rows) == sorted(
+    assert sorted((r["width"], r["layers"], r["seed"], r["split"]) for r in rows) == sorted(
         (w, d, s, split) for w in (4, 16) for d in (1, 2) for s in (0, 1) for split in ("train", "test"))
     assert all(r["epochs"] == 3 and r["encoder_capped"] for r in rows)  # 3 epochs: the cap, said as such
     # the level every fresh encoder must reach: the run's own encoder's objective on the training images
@@ -85,7 +85,7 @@ def test_capacity_command_writes_a_table_a_figure_and_rows(finished_run, saved_f
     assert [gap_seed for gap_seed, _ in images[1, "test"]] == [1]
     table = (finished_run / "capacity" / "capacity.md").read_text()
     assert table.count("\n| 4 | 1 | train | 2 | 5 |") == 1 and "| 16 | 2 | test | 2 | 5 |" in table
-    gap = {(w, d, split): over_seeds([r["amortization_gap"] for r in rows if (r["width"], r["depth"], r["split"]) ==
+    gap = {(w, d, split): over_seeds([r["amortization_gap"] for r in rows if (r["width"], r["layers"], r["split"]) ==
                                       (w, d, split)]) for w in (4, 16) for d in (1, 2) for split in ("train", "test")}
     for (w, d, split), value in gap.items():  # the table's amortization gap: the mean over seeds ± their s.e.
         assert "| %d | %d | %s | 2 | 5 | 3 | 2 | %s |" % (w, d, split, plus_minus(value)) in table

@@ -136,6 +136,22 @@ def test_a_conditional_run_trains_on_the_shipped_sample_and_its_gap_is_measured(
     assert math.isfinite(report["amortization_gap"]["mean"]) and math.isfinite(report["optimized_plugin_mse"])
 
 
+def test_a_conditional_run_trains_on_a_cifar10_folder_with_its_labels(tmp_path):
+    """`fit --conditional` on a folder in CIFAR-10's published format (python batches: labels beside the images):
+    the labels recorded are the batches' own, and the encoder and decoder read 3,072 pixels and 10 classes."""
+    from test_datasets import write_cifar
+    write_cifar(tmp_path / "cifar", per_batch=10)
+    out = tmp_path / "run"
+    result = run_cli(["fit", "--guide", "amortized", "--width", 4, "--conditional", "--dataset", tmp_path / "cifar",
+                      *TINY[2:], "--out", out])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "config.json").read_text())
+    assert info["config"]["conditional"] and info["data"]["x_dim"] == 3072
+    assert info["data"]["labels"]["n_classes"] == 10
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 3 and all(math.isfinite(r["elbo"]) for r in metrics)
+
+
 def test_a_conditional_run_reads_the_labels_it_was_trained_with():
     """The rows [x, e_c] travel with the minibatch: the same run on shuffled labels is another run."""
     from amortized_pyro import load_data

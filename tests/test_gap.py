@@ -13,7 +13,8 @@ from click.testing import CliRunner
 import pyro
 
 from amortized_pyro.cli.commands import cli
-from amortized_pyro.gap.measure import gap_images, measure, measure_run
+from amortized_pyro.autoguides import measure_gap
+from amortized_pyro.gap.measure import gap_images, measure_run
 from amortized_pyro.local.steppers import RowAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
@@ -112,7 +113,7 @@ def test_q_star_reaches_the_best_mean_field_factor(linear):
 def test_approximation_gap_is_the_closed_form_kl_and_iwae_approaches_log_px(linear):
     settings = GapSettings(theta="mean", importance_samples=10000, samples=4000, chunk=2000, lr=0.02, step_samples=64,
                            window=50, patience=5)
-    report = measure(linear.model, linear.guide, linear.x, linear.idx, settings)
+    report = measure_gap(linear.model, linear.guide, linear.x, linear.idx, settings=settings)
     per_image = {k: torch.tensor(v) for k, v in report["per_image"].items()}
     loc, scale = linear.optimum()
     kl = kl_to_posterior(linear, loc, scale)
@@ -143,9 +144,9 @@ def test_factors_at_the_optimum_have_no_amortization_gap_and_poor_ones_do(linear
     with torch.no_grad():
         linear.guide.q_z.loc.copy_(loc)
         linear.guide.q_z.log_scale.copy_(scale.log())
-    at_optimum = measure(linear.model, linear.guide, linear.x, linear.idx, settings)["amortization_gap"]
+    at_optimum = measure_gap(linear.model, linear.guide, linear.x, linear.idx, settings=settings)["amortization_gap"]
     assert abs(at_optimum["mean"]) < 4 * at_optimum["stderr"] + 0.01
-    from_prior = measure(linear.model, linear.guide, linear.x, None, settings, refine_steps=(0, 5))
+    from_prior = measure_gap(linear.model, linear.guide, linear.x, None, settings=settings, refine_steps=(0, 5))
     assert from_prior["amortization_gap"] is None and from_prior["refinement"] == []  # no factor: q* from the prior
     # ... q* is then optimized from the prior's factor to the best mean-field factor: per image, its local ELBO
     # is the closed form's optimum within 4 standard errors of a 2,000-draw estimate (+ what q* may leave,
@@ -163,7 +164,8 @@ def test_gaps_are_not_negative_and_refinement_never_widens_them(tiny_data):
                  device="cpu", predictive_draws=0, data=tiny_data, progress=False, log=lambda line: None)
     settings = GapSettings(importance_samples=200, theta_draws=8, samples=50, max_steps=600, window=50, patience=3,
                            ais_steps=50)
-    report = measure(result.model, result.guide, tiny_data.test[:20], None, settings, refine_steps=(0, 5, 20, 100))
+    report = measure_gap(result.model, result.guide, tiny_data.test[:20], None, settings=settings,
+                         refine_steps=(0, 5, 20, 100))
     for name in ("amortization_gap", "approximation_gap"):
         assert report[name]["mean"] > -4 * report[name]["stderr"]
     left = [(r["gap_left"]["mean"], r["gap_left"]["stderr"]) for r in report["refinement"]]

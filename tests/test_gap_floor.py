@@ -23,7 +23,8 @@ import math
 import pytest
 import torch
 
-from amortized_pyro.gap.measure import draws_of_theta, measure
+from amortized_pyro.autoguides.gap import measure_gap, theta_draws
+from amortized_pyro.models.local_posterior import ModelPosterior
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
 from amortized_pyro.local.flows import RowFlow
@@ -225,7 +226,7 @@ def test_a_guide_at_the_posterior_reads_a_gap_of_zero_and_its_winner_is_recorded
 
 
 def test_measure_chooses_on_draws_of_its_own():
-    """The package's path: measure takes the selection draws from the gap seed's generator after the fitting and
+    """The package's path: measure_gap takes the selection draws from the gap seed's generator after the fitting and
     score draws (which stay what they were), records them, and counts the winners; a table of reports made before
     says that their gaps may read below 0."""
     torch.manual_seed(0)
@@ -234,11 +235,12 @@ def test_measure_chooses_on_draws_of_its_own():
     x = torch.rand(5, 10)
     settings = GapSettings(theta_draws=2, score_draws=3, select_draws=4, samples=10, importance_samples=10,
                            max_steps=100, window=20, ais_steps=0)
-    fit, score = draws_of_theta(model, guide, x, settings, 7)
-    again, rescore, select = draws_of_theta(model, guide, x, settings, 7, selection=True)
+    posterior = ModelPosterior(model, guide, x)
+    fit, score = theta_draws(posterior, guide, settings, 7, selection=False)
+    again, rescore, select = theta_draws(posterior, guide, settings, 7)
     assert (fit.keys, score.keys) == (again.keys, rescore.keys) and len(select) == 4
     assert not set(select.keys) & set(fit.keys + score.keys)
-    report = measure(model, guide, x, None, settings, seed=7)
+    report = measure_gap(model, guide, x, None, settings=settings, seed=7)
     assert report["select_draws"] == 4 and "selection draws" in report["estimator"]
     assert sum(report["q_star_from"].values()) == 5 and len(report["per_image"]["q_star_from"]) == 5
     report.update(run="r", split="test", n_images=5, guide="shared", width=None, seed=0, label="constant-VI")

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from amortized_pyro.gap.measure import measure
+from amortized_pyro.autoguides import measure_gap
 from amortized_pyro.local.ais import ais_log_weights
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import log_weights
@@ -96,7 +96,7 @@ def toy():
         guide.q_z.loc.copy_(0.5 * torch.randn(N, Z))  # the guide's factors: far from the best ones
         guide.q_z.log_scale.fill_(-1.0)
         x = model.observation_mean(decode(torch.randn(N, Z), guide.global_mean())) + SIGMA * torch.randn(N, D)
-    report = measure(model, guide, x, torch.arange(N), SETTINGS)
+    report = measure_gap(model, guide, x, torch.arange(N), settings=SETTINGS)
     fit, score = global_draws(guide, SETTINGS, torch.Generator().manual_seed(SETTINGS.seed))  # measure's draws
     thetas = [fit.one(m) for m in range(len(fit))] + [score.one(s) for s in range(len(score))]
     yield model, guide, x, report, Oracle(model, x, thetas)

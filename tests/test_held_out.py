@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from amortized_pyro.autoguides.capacity import EncoderTraining, until_converged
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.gap.held_out import FreshEncoder, image_sets, training_images
-from amortized_pyro.gap.measure import guide_elbos, measure
+from amortized_pyro.autoguides import measure_gap
+from amortized_pyro.gap.measure import guide_elbos
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.report.held_out import in_training
 from amortized_pyro.runs.fit import finished_run as load_finished
@@ -30,7 +31,7 @@ def run_dir(tmp_path_factory):
 def test_a_guide_scored_on_the_references_draws_has_the_references_gaps(run_dir):
     result, data = load_finished(run_dir)
     x, idx = data.train[:6], torch.arange(6)
-    report = measure(result.model, result.guide, x, idx, SMALL_GAP, (3,), seed=11)
+    report = measure_gap(result.model, result.guide, x, idx, settings=SMALL_GAP, refine_steps=(3,), seed=11)
     elbos, seconds = guide_elbos(result.model, result.guide, x, idx, SMALL_GAP, seed=11, refine_steps=(3,))
     assert elbos["guide"].tolist() == pytest.approx(report["per_image"]["elbo_guide"], abs=1e-4)
     best = torch.tensor(report["per_image"]["elbo_optimized"])

@@ -128,11 +128,40 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
     return fresh, epochs, capped, elbo
 
 
+def layers_of(row):
+    """A sweep row's hidden layers (rows written before the two sweeps became one call them ``depth``)."""
+    return row["layers"] if "layers" in row else row["depth"]
+
+
+def sweep_encoders(train, measure, widths, layers, seeds, done=(), save=None, log=print):
+    """The loop of every capacity sweep: for every width × hidden layers × seed without rows in ``done``, a fresh
+    encoder ``train(width, layers, seed)`` → (the fresh guide, epochs run, whether the cap was hit, the last
+    window's mean local ELBO per datapoint, more fields for its rows), then its gaps ``measure(guide, seed)`` →
+    [(split, the split's report and fields)]: a row per encoder and split, ``save(rows)`` after each encoder
+    (to resume from). Returns the rows, ``done``'s first."""
+    rows = list(done)
+    finished = {(r["width"], layers_of(r), r["seed"]) for r in rows}
+    for width in widths:
+        for depth in layers:
+            for seed in seeds:
+                if (width, depth, seed) in finished:
+                    continue
+                fresh, epochs, capped, elbo, fields = train(width, depth, seed)
+                log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.2f nats per datapoint"
+                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
+                for split, report in measure(fresh, seed):
+                    rows.append(dict(width=width, layers=depth, seed=seed, split=split, epochs=epochs,
+                                     encoder_capped=capped, encoder_elbo=elbo, **fields, **report))
+                if save:
+                    save(rows)
+    return rows
+
+
 def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 256), layers=(2,), seeds=(0,),
                    encoder_input=None, training=None, settings=None, draws="auto", log=print):
     """For every width × hidden layers × seed, a fresh encoder trained on ``guide``'s frozen q(θ)
     (:func:`train_fresh_encoder`) on the call ``model(*train_args)``, and its gaps on that call ("train")
-    and on ``model(*test_args)`` ("test": datapoints it never saw), where given.
+    and on ``model(*test_args)`` ("test": datapoints it never saw), where given (:func:`sweep_encoders`).
 
     :param tuple train_args: the model's positional arguments for the training datapoints.
     :param tuple test_args: the same for held-out datapoints, or None.
@@ -144,19 +173,15 @@ def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 
     training = (training or EncoderTraining()).check()
     check_draws(draws)
     calls = {"train": train_args} if test_args is None else {"train": train_args, "test": test_args}
-    rows = []
-    for width in widths:
-        for depth in layers:
-            for seed in seeds:
-                fresh, epochs, capped, elbo = train_fresh_encoder(model, guide, *train_args, width=width, layers=depth,
-                                                                  encoder_input=encoder_input, training=training,
-                                                                  seed=seed, draws=draws)
-                log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.2f nats per datapoint"
-                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
-                for split, call in calls.items():
-                    with pyro.settings.context(module_local_params=True):
-                        report = measure_gap(model, fresh, *call, settings=settings, seen=split == "train",
-                                             draws=draws)
-                    rows.append(dict(width=width, layers=depth, seed=seed, split=split, epochs=epochs,
-                                     encoder_capped=capped, encoder_elbo=elbo, training=asdict(training), **report))
-    return rows
+
+    def train(width, depth, seed):
+        fresh = train_fresh_encoder(model, guide, *train_args, width=width, layers=depth, encoder_input=encoder_input,
+                                    training=training, seed=seed, draws=draws)
+        return fresh + (dict(training=asdict(training)),)
+
+    def measure(fresh, seed):
+        with pyro.settings.context(module_local_params=True):
+            return [(split, measure_gap(model, fresh, *call, settings=settings, seen=split == "train", draws=draws))
+                    for split, call in calls.items()]
+
+    return sweep_encoders(train, measure, widths, layers, seeds, log=log)

@@ -1,31 +1,112 @@
-"""The amortization gap of any model and guide builder: :mod:`amortized_pyro.gap.measure`'s quantities (amortization,
-coupling and approximation gaps; log p(x_n) by IWAE and AIS; q* converged per datapoint; refinement rows),
-with the per-datapoint log joint read off the model's trace (:class:`.local_joint.LocalJoint`) and the global
-draws θ_m taken from the guide's global part.
+"""The amortization gap of any model and guide builder, the one function for every gap in the package
+(:func:`measure_gap`): :mod:`amortized_pyro.local.gaps`' quantities (amortization, coupling and approximation gaps;
+log p(x_n) by IWAE and AIS; q* converged per datapoint; refinement rows) on a **local posterior**, a small
+protocol with three parts:
+
+    draws of the globals      ``prepare(draws)``: the guide's θ draws, with what the log joint precomputes of them
+    the local factor          ``factor(θ)``: the guide's (μ, σ) [B, size] for the call's datapoints, or None
+    the log joint             ``log_joint(x, z, θ)`` per datapoint, on ``x`` (and ``size``, ``compact``, ``flow()``,
+                              ``extras(best)``: what the report adds of its own,
+                              ``unchecked``: whether Pyro's argument checks are off while it is measured)
+
+:class:`TracedPosterior` implements it for any model, the log joint read off the model's trace
+(:class:`.local_joint.LocalJoint`); a model may implement it itself, faster, by a method
+``local_posterior(guide, args, kwargs, seen)`` (the package's model: its hand-written log joint,
+:class:`~amortized_pyro.models.local_posterior.ModelPosterior`).
 
 Everything lives in each local site's unconstrained space, where the guides' factors are Gaussian: the
 gaps are those of the pushforward factors q(z_n), since the Jacobian is part of the log joint there. A model
 without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
 """
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
+
+import pyro
 
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
 
+REFINE_SEED = 0  # an SA-VI or IA-VI guide refines its factor with z draws of this seed: a measurement the same every time
 
-def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, draws="auto", **kwargs):
+
+class TracedPosterior:
+    """The local posterior of the module docstring for any model: the call ``model(*args, **kwargs)``'s datapoints,
+    the log joint read off the model's trace. ``draws``: :func:`measure_gap`'s option; ``seen``: whether the guide
+    was trained on these datapoints (a per-datapoint guide has a factor only for those)."""
+
+    compact = False  # the model's log joint is of the whole call: no datapoint leaves an optimization early
+    unchecked = False  # Pyro's argument checks as the user has them
+
+    def __init__(self, model, guide, args, kwargs, seen=True, draws="auto"):
+        self.guide, self.args, self.kwargs, self.seen, self.draws = guide, args, kwargs, seen, draws
+        self.indices = guide.indices_of(*args, **kwargs)
+        self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=True, draws=draws)
+        kept = guide.coordinate_mask(args, kwargs, len(self.indices))
+        if kept is not None:  # the model's masked coordinates: a standard Normal reference, as the guide's own steps
+            self.log_joint = MaskedJoint(self.log_joint, kept)
+        device = next(guide.parameters()).device
+        self.x = torch.empty(len(self.indices), 0, device=device)  # the optimizers take n from it; args hold the data
+        self.size = guide.structure.size
+
+    def prepare(self, draws):
+        return draws
+
+    def factor(self, theta):
+        if not (self.seen or self.guide.can_infer_unseen):
+            return None
+        with _guide_draws(self.guide, self.draws, self.args, self.kwargs, self.indices):
+            return self.guide.local_factor(self.indices, self.args, self.kwargs, theta)
+
+    def flow(self):
+        return self.guide.row_flow(self.indices, self.args, self.kwargs)
+
+    def extras(self, best):
+        return {}
+
+
+def local_posterior(model, guide, args, kwargs, seen=True, draws="auto"):
+    """The model's own local posterior where it has one (``model.local_posterior``), else :class:`TracedPosterior`."""
+    own = getattr(model, "local_posterior", None)
+    if own is not None:
+        return own(guide, args, kwargs, seen)
+    return TracedPosterior(model, guide, args, kwargs, seen, draws)
+
+
+@torch.no_grad()
+def theta_draws(posterior, guide, settings, seed=None, selection=True):
+    """(fit, score[, select]): the draws θ_m ~ q(θ) q* is fitted on, the fresh ones every L(q) is scored on, and
+    with ``selection`` the ones q* is chosen on (:func:`~amortized_pyro.local.gaps.global_draws`,
+    :func:`~amortized_pyro.local.gaps.selection_draws`), keyed by ``seed`` (default ``settings.seed``), each
+    prepared by the posterior."""
+    generator = torch.Generator(posterior.x.device).manual_seed(settings.seed if seed is None else seed)
+    draws = global_draws(guide, settings, generator) + ((selection_draws(guide, settings, generator),)
+                                                        if selection else ())
+    return tuple(posterior.prepare(d) for d in draws)
+
+
+@torch.no_grad()
+def guide_factor(posterior, guide, theta):
+    """The guide's factor on the posterior's datapoints at the draws ``theta`` (an SA-VI or IA-VI guide's refined
+    there with z draws of :data:`REFINE_SEED`, so that a measurement is the same every time), or None."""
+    with guide.refinement_draws(torch.Generator(posterior.x.device).manual_seed(REFINE_SEED)):
+        return posterior.factor(theta)
+
+
+def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, draws="auto", seed=None,
+                progress=False, log=None, **kwargs):
     """The gaps per datapoint of the data plate in the model's call ``model(*args, **kwargs)``, for a trained
-    guide of :mod:`amortized_pyro.autoguides` (its parameters are not changed).
+    guide of :mod:`amortized_pyro.autoguides` (its parameters are not changed), on the model's local posterior
+    (:func:`local_posterior`).
 
     :param model: the Pyro model the guide was built from.
     :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`.
     :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()); its
-        ``seed`` keys every draw (``paired`` has nothing to pair here: the caller chooses the datapoints, and
-        a seed per training run is the caller's to add).
-    :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own).
+        ``seed`` keys every draw unless ``seed`` is given (``paired`` has nothing to pair here: the caller
+        chooses the datapoints, and a seed per training run is the caller's to add).
+    :param refine_steps: refinement rows: Adam steps from the guide's factor (0: the guide's own); a flow
+        guide takes none but 0.
     :param bool seen: whether these datapoints are ones the guide was trained on; a per-datapoint guide has a
         factor only for those (otherwise its quantities are None and q* starts at N(0, I)).
     :param str draws: how the model is run on the estimators' many draws of θ and z
@@ -34,33 +115,34 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
         call per draw on plain [B, ...] values: any model, about as many times slower as there are draws per
         call) or ``"auto"`` (stacked until a stacked call raises, then one at a time, said once by a
         :class:`~amortized_pyro.autoguides.local_joint.NotBroadcastSafe` warning). An SA-VI or iterative
-        guide's own steps (reading the log joint off the model's trace) take the same option.
-    :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors`: summaries ("mean", "stderr" over the
-        datapoints) and ``per_image`` values.
+        guide's own steps (reading the log joint off the model's trace) take the same option. A model with a
+        local posterior of its own ignores it.
+    :param int seed: the draws' seed (default: ``settings.seed``).
+    :param bool progress: a progress bar per phase on stderr; without one, ``log`` (where given) gets a line as
+        each phase begins.
+    :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors` (summaries "mean", "stderr" over the
+        datapoints, and ``per_image`` values), with the posterior's extras.
     """
     settings = (settings or GapSettings()).check()
     check_draws(draws)
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
-    if guide.local_flow is not None and refine_steps:
+    if any(refine_steps):
         guide.check_gaussian("refinement")
-    indices = guide.indices_of(*args, **kwargs)
-    device = next(guide.parameters()).device
-    generator = torch.Generator(device).manual_seed(settings.seed)
-    fit, score = global_draws(guide, settings, generator)
-    select = selection_draws(guide, settings, generator)  # q* chosen among its candidates on draws of their own
-    log_joint = LocalJoint(model, guide.structure, args, kwargs, indices, stacked=True, draws=draws)
-    kept = guide.coordinate_mask(args, kwargs, len(indices))
-    if kept is not None:  # the model's masked coordinates: a standard Normal reference, as the guide's own steps
-        log_joint = MaskedJoint(log_joint, kept)
-    placeholder = torch.empty(len(indices), 0, device=device)  # the optimizers take n from it; the model's args hold x
-    factor = None
-    if seen or guide.can_infer_unseen:
-        with torch.no_grad(), _guide_draws(guide, draws, args, kwargs, indices):
-            factor = guide.local_factor(indices, args, kwargs, fit.at("guide"))
-    result, _ = measure_factors(log_joint, placeholder, fit, score, factor, guide.structure.size, settings,
-                                refine_steps, flow=guide.row_flow(indices, args, kwargs), select=select)
+    posterior = local_posterior(model, guide, args, kwargs, seen, draws)
+    with pyro.validation_enabled(False) if posterior.unchecked else nullcontext():
+        return _measure(posterior, guide, settings, refine_steps, seed, progress, log)
+
+
+def _measure(posterior, guide, settings, refine_steps, seed, progress, log):
+    fit, score, select = theta_draws(posterior, guide, settings, seed)  # q* chosen on draws of their own
+    factor = guide_factor(posterior, guide, fit.at("guide"))
+    result, best = measure_factors(posterior.log_joint, posterior.x, fit, score, factor, posterior.size, settings,
+                                   () if guide.local_flow is not None else refine_steps, progress,
+                                   compact=posterior.compact, coupling=not guide.global_is_point(),
+                                   flow=posterior.flow(), select=select, log=log)
+    result.update(posterior.extras(best))
     return result
 
 

@@ -80,11 +80,12 @@ def gap_report_command(folder):
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--widths", default="64,256,1024", show_default=True, callback=comma_separated(1, required=True),
               help="Comma-separated encoder widths.")
-@click.option("--depths", default="1,2,3", show_default=True, callback=comma_separated(1, required=True),
-              help="Comma-separated numbers of hidden layers.")
+@click.option("--layers", "--depths", "layers", default="1,2,3", show_default=True,
+              callback=comma_separated(1, required=True),
+              help="Comma-separated numbers of hidden layers (--depths: its former name).")
 @click.option("--seeds", default="0,1,2", show_default=True, callback=comma_separated(0, required=True),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
-@n_images_option(100, "The gaps on the first N training and N test images.")
+@n_images_option(100, "The gaps on N training and N test images drawn at random by the gap seed (--seed plus the encoder's seed).")
 @fresh_encoder_options
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
@@ -93,8 +94,8 @@ def gap_report_command(folder):
 @threads_option
 @friendly_errors
 @no_empty_out("out_dir")
-def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, overwrite, progress, **settings):
-    """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × depth ×
+def capacity_command(run_dir, widths, layers, seeds, n_images, device, out_dir, overwrite, progress, **settings):
+    """Cremer et al.'s protocol on a trained run: its q(θ) frozen, fresh encoders of every width × hidden layers ×
     seed trained to convergence on the frozen decoder, and their amortization gap on training and held-out
     images: does capacity close the gap when the decoder is fixed?"""
     training, gap_settings = (kind(**{k: v for k, v in settings.items() if k in kind.__dataclass_fields__})
@@ -116,7 +117,7 @@ def capacity_command(run_dir, widths, depths, seeds, n_images, device, out_dir, 
         text = "".join(json.dumps(dict(r, run=str(run_dir), run_id=run_id, requested_images=n_images)) + "\n" for r in rows)
         atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
-    rows = sweep(result, data, widths, depths, seeds, n_images, training.check(), gap_settings.check(), stderr_log,
+    rows = sweep(result, data, widths, layers, seeds, n_images, training.check(), gap_settings.check(), stderr_log,
                  done, save, progress)
     table = format_capacity(rows)
     (out / "capacity.md").write_text(table + "\n")

@@ -1,6 +1,6 @@
 """Cremer et al.'s protocol, Bayesian-decoder edition: with q(θ) of a trained run frozen, fresh encoders of
-growing capacity (width × depth) are trained on the frozen decoder alone, each to convergence, and their
-amortization gap is measured on training and held-out images (:func:`amortized_pyro.gap.measure.measure`). Does
+growing capacity (width × hidden layers) are trained on the frozen decoder alone, each to convergence, and their
+amortization gap is measured on training and held-out images (:func:`~amortized_pyro.autoguides.measure_gap`). Does
 capacity close the gap when the decoder is fixed, and does the held-out gap follow?
 
 Training an encoder φ: Adam on the local ELBO, Σ_n L_n(encoder_φ(x_n); θ) over minibatches of the run's
@@ -19,8 +19,9 @@ from dataclasses import asdict
 
 import torch
 
-from amortized_pyro.autoguides.capacity import until_converged
-from amortized_pyro.gap.measure import gap_images, measure
+from amortized_pyro.autoguides.capacity import sweep_encoders, until_converged
+from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.gap.measure import gap_images
 from amortized_pyro.inference.svi import make_optimizer
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.models.conditional import model_data
@@ -81,43 +82,38 @@ def objective_level(model, q_theta, factor, x, seed, epochs=5, batch_size=250):
     return total / epochs / x.shape[0]
 
 
-def sweep(result, data, widths, depths, seeds, n_images, training, settings, log=print, done=(), save=None,
+def sweep(result, data, widths, layers, seeds, n_images, training, settings, log=print, done=(), save=None,
           progress=False):
-    """For every width × depth × seed, a fresh encoder trained on ``result``'s frozen q(θ)
+    """For every width × hidden layers × seed, a fresh encoder trained on ``result``'s frozen q(θ)
     (:func:`train_encoder`) and its gaps on ``n_images`` training and test images drawn by the gap seed
     (:func:`~amortized_pyro.gap.measure.gap_images`: ``settings.seed`` plus the encoder's seed, or alone where
-    ``settings.paired``; every width and depth of one seed shares them): a list of rows
-    (one per encoder and split) holding the encoder, its training, and the gap report. Encoders with rows
-    in ``done`` are not trained again; ``save(rows)`` is called after each encoder (to resume from);
-    ``progress``: the gap's progress bars."""
+    ``settings.paired``; every width and hidden layers of one seed shares them), through the one loop of every
+    sweep (:func:`~amortized_pyro.autoguides.capacity.sweep_encoders`): a list of rows (one per encoder and
+    split) holding the encoder, its training, and the gap report. Encoders with rows in ``done`` are not
+    trained again; ``save(rows)`` is called after each encoder (to resume from); ``progress``: the gap's
+    progress bars."""
     model, q_theta = result.model, result.guide.q_theta
     data = model_data(model, data)  # a conditional run's images with their labels
     slope = result.config.encoder_slope
     own = FAMILIES[result.config.guide].encoder  # a run's own encoder sets the level every fresh one must reach
     target = objective_level(model, q_theta, result.guide.q_z, data.train, 0) if own else -math.inf
-    rows = list(done)
-    finished = {(r["width"], r["depth"], r["seed"]) for r in rows}
-    for width in widths:
-        for depth in depths:
-            for seed in seeds:
-                if (width, depth, seed) in finished:
-                    continue
-                guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope,
-                                                            training, seed, target)
-                log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.1f nats per image"
-                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
-                for split, images in (("train", data.train), ("test", data.test)):
-                    gap_seed, chosen = gap_images(settings, seed, images.shape[0], n_images)
-                    x = images[chosen.to(images.device)]
-                    idx = chosen.to(x.device) if split == "train" else None
-                    report = measure(model, guide, x, idx, settings, progress=progress, seed=gap_seed)
-                    report.pop("per_image")
-                    rows.append(dict(width=width, depth=depth, seed=seed, split=split, n_images=x.shape[0],
-                                     gap_seed=gap_seed, images=chosen.tolist(),
-                                     label=label("amortized", width), epochs=epochs, encoder_capped=capped,
-                                     encoder_elbo=elbo, target=target if own else None,
-                                     reached_target=elbo >= target if own else None, training=asdict(training),
-                                     **report))
-                if save:
-                    save(rows)
-    return rows
+
+    def train(width, depth, seed):
+        guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope, training, seed,
+                                                    target)
+        return guide, epochs, capped, elbo, dict(label=label("amortized", width), target=target if own else None,
+                                                 reached_target=elbo >= target if own else None,
+                                                 training=asdict(training))
+
+    def measure(guide, seed):
+        reports = []
+        for split, images in (("train", data.train), ("test", data.test)):
+            gap_seed, chosen = gap_images(settings, seed, images.shape[0], n_images)
+            x = images[chosen.to(images.device)]
+            idx = chosen.to(x.device) if split == "train" else None
+            report = measure_gap(model, guide, x, idx, settings=settings, seed=gap_seed, progress=progress)
+            report.pop("per_image")
+            reports.append((split, dict(n_images=x.shape[0], gap_seed=gap_seed, images=chosen.tolist(), **report)))
+        return reports
+
+    return sweep_encoders(train, measure, widths, layers, seeds, done, save, log)

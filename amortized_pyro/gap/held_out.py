@@ -16,7 +16,7 @@ AdamW's weight decay on the encoder's matrices, or early stopping on a validatio
 its training images, held out from it): the best window's encoder by the validation images' local ELBO,
 stopped after ``patience`` windows without a rise.
 
-The reference (:func:`reference`) is :func:`~amortized_pyro.gap.measure.measure` of the run's own guide on
+The reference (:func:`reference`) is :func:`~amortized_pyro.autoguides.measure_gap` of the run's own guide on
 each set: L(q*), the q*_m, log p(x), and the jointly trained encoder's L and refinement rows. A fresh
 encoder's amortization gap on a set is L_n(q*) − L_n(encoder) on the reference's score draws
 (:func:`~amortized_pyro.gap.measure.guide_elbos`: common random numbers), and likewise after each refinement
@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass, replace
 import torch
 
 from amortized_pyro.gap.capacity import objective_level, train_encoder
-from amortized_pyro.gap.measure import gap_seed_for, guide_elbos, measure
+from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.gap.measure import gap_seed_for, guide_elbos
 from amortized_pyro.local.gaps import summarize
 from amortized_pyro.models.conditional import model_data
 
@@ -96,11 +97,11 @@ def training_images(data, order, encoder, n_images):
 
 
 def reference(model, guide, sets, settings, gap_seed, refine_steps, progress=False):
-    """{set name: the report of :func:`~amortized_pyro.gap.measure.measure` for the run's own guide}."""
+    """{set name: the report of :func:`~amortized_pyro.autoguides.measure_gap` for the run's own guide}."""
     reports = {}
     for name, (idx, x) in sets.items():
-        report = measure(model, guide, x, idx.to(x.device) if name != "test" else None, settings, refine_steps,
-                         progress, gap_seed)
+        report = measure_gap(model, guide, x, idx.to(x.device) if name != "test" else None, settings=settings,
+                             refine_steps=refine_steps, seed=gap_seed, progress=progress)
         reports[name] = dict(report, images=idx.tolist(), n_images=x.shape[0])
     return reports
 

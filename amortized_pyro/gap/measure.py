@@ -1,6 +1,7 @@
-"""The gaps of :mod:`amortized_pyro.local.gaps` for the package's model and a trained run: which images
-(:func:`gap_images`, by the gap seed), the guide's factor for them, the model's cheaper log joint (WᵀW of
-its last layer), and the report of one run and split (:func:`measure_run`, what the ``gap`` command writes).
+"""The gap of a trained run (:func:`~amortized_pyro.autoguides.measure_gap`, on the package model's local
+posterior: :class:`~amortized_pyro.models.local_posterior.ModelPosterior`): which images (:func:`gap_images`, by
+the gap seed), a fresh guide's local ELBO on a report's draws (:func:`guide_elbos`), and the report of one run and
+split (:func:`measure_run`, what the ``gap`` command writes).
 """
 import time
 
@@ -8,12 +9,13 @@ import torch
 
 import pyro
 
+from amortized_pyro.autoguides.gap import guide_factor, measure_gap, theta_draws
 from amortized_pyro.errors import AmortizedPyroError
-from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.estimates import local_elbo
-from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
+from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import refine
 from amortized_pyro.models.conditional import model_data
+from amortized_pyro.models.local_posterior import ModelPosterior
 from amortized_pyro.models.guides import config_label
 from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
@@ -34,52 +36,18 @@ def gap_images(settings, run_seed, split_size, n_images):
 
 
 @pyro.validation_enabled(False)  # argument checks of every Normal built in the loops: 9% of a gap (BENCHMARKS.md)
-def measure(model, guide, x, idx=None, settings=None, refine_steps=(), progress=False, seed=None, log=None):
-    """Every quantity of the module docstring for images x as the model reads them (a conditional model's rows
-    [x, one-hot(c)]: :meth:`~amortized_pyro.models.decoder.BayesianDecoderModel.inputs`; idx: their training
-    indices, for per-datapoint factors; None for held-out images) of the package's model and guide. Returns a dict of summaries and
-    per-image values; the guide's quantities are None where it has no factor for these images. ``progress``:
-    a progress bar per phase (q*, the q*_m, AIS) on stderr, or without one a line through ``log`` (where given) as
-    each phase begins; ``seed``: the draws' seed (default: ``settings.seed``)."""
-    settings = (settings or GapSettings()).check()
-    if refine_steps and refine_steps != (0,):
-        guide.check_gaussian("refinement")
-    fit, score, select = draws_of_theta(model, guide, x, settings, seed, selection=True)
-    q_z = factor(guide, x, idx, fit.at("guide"))  # SA-VI: refined by its own steps on the fitting draws
-    rows = torch.arange(x.shape[0], device=x.device) if idx is None else idx
-    result, best = measure_factors(model.local_log_joint, x, fit, score, q_z, model.z_dim, settings,
-                                   () if guide.local_flow is not None else refine_steps, progress, compact=True,
-                                   coupling=not guide.global_is_point(), flow=guide.row_flow(rows, (x, rows), {}),
-                                   select=select, log=log)
-    with torch.no_grad():
-        theta = fit.one(0) if settings.theta == "mean" else guide.global_mean()
-        images, codes = model.split(x)
-        plugin = model.mean_image(best.loc if best.flow is None else best.flow.push(best.loc)[0], theta, codes)
-    result["optimized_plugin_mse"] = (images - plugin).pow(2).mean().item()
-    return result
-
-
-def draws_of_theta(model, guide, x, settings, seed=None, selection=False):
-    """(fit, score): the draws of θ that :func:`measure` fits and scores on for images ``x`` and ``seed``, and
-    with ``selection`` the draws it chooses q* on (:func:`~amortized_pyro.local.gaps.selection_draws`) third."""
-    generator = torch.Generator(x.device).manual_seed(settings.seed if seed is None else seed)
-    draws = global_draws(guide, settings, generator) + ((selection_draws(guide, settings, generator),)
-                                                         if selection else ())
-    return tuple(model.with_gram(d, x) for d in draws)
-
-
-@pyro.validation_enabled(False)
 def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_steps=(), optimizer="adam", lr=None):
-    """L_n of ``guide``'s factor per image on the score draws that :func:`measure` takes for the same images,
-    settings and seed, so that a report's L_n(q*) minus it is this guide's amortization gap with common random
-    numbers (another encoder on a run's frozen q(θ), say), and the same after each of ``refine_steps`` Adam
-    steps from it (the report's refinement rows; ``optimizer`` and ``lr``: the steps', default Adam at
-    ``settings.refine_lr``): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
+    """L_n of ``guide``'s factor per image on the score draws that :func:`~amortized_pyro.autoguides.measure_gap`
+    takes for the same images, settings and seed, so that a report's L_n(q*) minus it is this guide's amortization
+    gap with common random numbers (another encoder on a run's frozen q(θ), say), and the same after each of
+    ``refine_steps`` Adam steps from it (the report's refinement rows; ``optimizer`` and ``lr``: the steps',
+    default Adam at ``settings.refine_lr``): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
     settings = (settings or GapSettings()).check()
     guide.check_gaussian("the guide's local ELBO")
-    fit, score = draws_of_theta(model, guide, x, settings, seed)
+    posterior = ModelPosterior(model, guide, x, idx)
+    fit, score = theta_draws(posterior, guide, settings, seed, selection=False)
     scored, chunk = score.at("score"), settings.chunk
-    loc, scale = factor(guide, x, idx, fit.at("guide"))
+    loc, scale = guide_factor(posterior, guide, fit.at("guide"))
     elbos, seconds = {"guide": local_elbo(model.local_log_joint, x, loc, scale, scored, settings.samples, chunk)}, {}
     for k in refine_steps:
         began = time.perf_counter()
@@ -91,7 +59,7 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
 
 
 def phases(guide, settings, refine_steps=()):
-    """What :func:`measure` does for ``guide``, in order, a phrase each (what a run's measurement says first)."""
+    """What :func:`~amortized_pyro.autoguides.measure_gap` does for ``guide``, in order, a phrase each (what a run's measurement says first)."""
     steps = settings.max_steps
     said = ["q* per image (at most %d steps)" % steps]
     if guide.local_flow is None and [k for k in refine_steps if k]:
@@ -106,7 +74,7 @@ def phases(guide, settings, refine_steps=()):
 
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
                 progress=False):
-    """:func:`amortized_pyro.gap.measure.measure` on ``n_images`` of a finished run's training or test images, drawn
+    """:func:`~amortized_pyro.autoguides.measure_gap` on ``n_images`` of a finished run's training or test images, drawn
     at random (without replacement) by the gap seed: ``settings.seed`` plus the run's training seed, or
     ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
     the gap seed and the images' indices (see the ``gap`` command)."""
@@ -127,7 +95,8 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     log("measuring on %d %s images (gap seed %d), in turn: %s" % (
         x.shape[0], split, gap_seed, "; ".join(phases(result.guide, settings, refine_steps if own else ()))))
     began = time.perf_counter()
-    report = measure(result.model, result.guide, x, idx, settings, refine_steps, progress, gap_seed, log)
+    report = measure_gap(result.model, result.guide, x, idx, settings=settings, refine_steps=refine_steps,
+                         seed=gap_seed, progress=progress, log=log)
     log("measured in %.0f s" % (time.perf_counter() - began))
     return dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), trained_epochs=len(result.history),
                 guide=c.guide, width=c.width, seed=c.seed, label=config_label(c), split=split,

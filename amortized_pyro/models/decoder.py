@@ -30,6 +30,7 @@ from pyro import poutine
 
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.conditional import CLASS_PRIORS, class_prior, one_hot, prior_shapes, with_labels
+from amortized_pyro.models.local_posterior import ModelPosterior
 from amortized_pyro.models.modules import LocalModule
 from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, default_image_shape, hidden
 from amortized_pyro.support.batching import rows_of
@@ -182,6 +183,13 @@ class BayesianDecoderModel(LocalModule):
         hg = torch.bmm(h.reshape(gram.shape[0], -1, gram.shape[-1]), gram).reshape(h.shape)
         square = offset.unsqueeze(1) + ((hg - 2 * linear.unsqueeze(1)) * h).sum(-1)  # one product with h, not two
         return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
+
+    def local_posterior(self, guide, args, kwargs, seen=True):
+        """The gap's protocol (:mod:`amortized_pyro.autoguides.gap`) for the call ``model(x, idx, ...)``: its
+        hand-written log joint (:class:`~amortized_pyro.models.local_posterior.ModelPosterior`); ``seen`` False
+        (or idx None): images the guide never saw."""
+        x, idx = args[0], args[1] if len(args) > 1 else kwargs.get("idx")
+        return ModelPosterior(self, guide, x, idx if seen else None)
 
     @torch.no_grad()
     def with_gram(self, draws, x):

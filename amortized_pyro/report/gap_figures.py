@@ -8,6 +8,7 @@ import matplotlib
 import matplotlib.ticker
 import numpy as np
 
+from amortized_pyro.autoguides.capacity import layers_of
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.models.guides import ENCODER_GUIDES, FAMILIES, display_order
 from amortized_pyro.report.marks import spread
@@ -112,13 +113,13 @@ SHORT = "×: an encoder stopped at the epoch cap\nor short of its run's own leve
 
 
 def capacity_figure(rows, path):
-    """The amortization gap against encoder width (the widths as ticks), a colour per depth, train solid with
+    """The amortization gap against encoder width (the widths as ticks), a colour per number of hidden layers, train solid with
     filled circles and test dashed with open squares, each point the mean over its encoders' seeds ± the standard error over the seeds' image
     means, or with one seed its mean ± the standard error over images: the title says which; a red × on a point
     where one of its encoders stopped at the epoch cap or short of its target (not by the rule)."""
     fig, ax = subplots(figsize=(8.5, 4.5))
     groups = capacity_seeds(rows)
-    depths = sorted({r["depth"] for r in rows})
+    depths = sorted({layers_of(r) for r in rows})  # hidden layers
     colors = dict(zip(depths, matplotlib.colormaps.get_cmap("viridis")(np.linspace(0.1, 0.8, len(depths)))))
     for depth in depths:
         for split, looks in SPLIT_LOOKS.items():

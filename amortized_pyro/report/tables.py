@@ -3,6 +3,8 @@ summary, in plain lines or Markdown; what they write beside each number (±, mar
 :mod:`amortized_pyro.report.marks`. Nothing here computes or reads a run."""
 import math
 
+from amortized_pyro.autoguides.capacity import layers_of
+
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.inference.evaluation import MSE_KEYS
 from amortized_pyro.report.marks import (CAPS, cap_notes, capped_q_star, estimators, hit_cap, missing, ordered,
@@ -163,10 +165,10 @@ def gap_note(table, shown):
 
 
 def capacity_seeds(rows):
-    """A capacity sweep's rows by point: {(width, depth, split): [rows, one per encoder seed]}."""
+    """A capacity sweep's rows by point: {(width, hidden layers, split): [rows, one per encoder seed]}."""
     groups = {}
     for r in rows:
-        groups.setdefault((r["width"], r["depth"], r["split"]), []).append(r)
+        groups.setdefault((r["width"], layers_of(r), r["split"]), []).append(r)
     return groups
 
 
@@ -181,15 +183,15 @@ def summary_text(results, fraction=PLATEAU_FRACTION):
 
 
 def format_capacity(rows):
-    """The capacity sweep as a Markdown table: a row per encoder width, depth and split, the amortization
+    """The capacity sweep as a Markdown table: a row per encoder width, hidden layers and split, the amortization
     gap as the mean over seeds of their image means ± the standard error over seeds (one seed: its mean ±
     the standard error over its images)."""
     groups = capacity_seeds(rows)
     lines = ["| width k | hidden layers | split | seeds | images | encoder epochs | encoders at the epoch cap "
              "| amortization gap | coupling gap | approximation gap |", "|---" * 10 + "|"]
-    for (width, depth, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
+    for (width, layers, split), group in sorted(groups.items(), key=lambda item: (item[0][2] != "train", item[0][:2])):
         lines.append("| %d | %d | %s | %d | %d | %.0f | %d | %s | %s | %s |" % (
-            width, depth, split, len(group), group[0]["n_images"], sum(r["epochs"] for r in group) / len(group),
+            width, layers, split, len(group), group[0]["n_images"], sum(r["epochs"] for r in group) / len(group),
             sum(r["encoder_capped"] for r in group), plus_minus(over_seeds([r["amortization_gap"] for r in group])),
             plus_minus(over_seeds([r["coupling_gap"] for r in group])), plus_minus(over_seeds([r["approximation_gap"] for r in group]))))
     capped = sum(hit_cap(r) for r in rows)

@@ -11,7 +11,8 @@ import time
 
 import torch
 
-from amortized_pyro.gap.measure import draws_of_theta
+from amortized_pyro.autoguides.gap import theta_draws
+from amortized_pyro.models.local_posterior import ModelPosterior
 from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import refine
@@ -34,7 +35,7 @@ def main():
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
     model, guide, x = result.model, result.guide, data.test[:args.images]
     settings = GapSettings(theta_draws=args.theta_draws)
-    fit, _ = draws_of_theta(model, guide, x, settings, 0)
+    fit, _ = theta_draws(ModelPosterior(model, guide, x), guide, settings, 0, selection=False)
     steps = [int(k) for k in args.steps.split(",")]
 
     def encoder():
