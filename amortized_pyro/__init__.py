@@ -18,6 +18,7 @@ _HOMES = {
     "load_data": "amortized_pyro.runs.data",
     "load_run": "amortized_pyro.runs.fit",
     "make_guide": "amortized_pyro.models.guides",
+    "measure_gap": "amortized_pyro.autoguides.gap",
     "measure_run": "amortized_pyro.gap.measure",
     "resume": "amortized_pyro.runs.fit",
 }

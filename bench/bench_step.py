@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
 from plain_step import PlainStep  # noqa: E402
 
-from amortized_pyro.autoguides.factors import Encoder, mlp
+from amortized_pyro.autoguides.factors import Encoder, hidden_layers
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step as svi_step
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.networks import decoder_shapes
@@ -60,7 +60,7 @@ class HandwrittenStep:
                         for name, shape in decoder_shapes(z_dim, hidden, x_dim).items()}
         params = [t for pair in self.q_theta.values() for t in pair]
         if guide == "amortized":
-            self.encoder = Encoder(mlp(x_dim, width, 2), width, z_dim).to(device)  # the package's encoder
+            self.encoder = Encoder(hidden_layers(x_dim, width, 2), width, z_dim).to(device)  # the package's encoder
             params += list(self.encoder.parameters())
         else:
             shape = (n_obs, z_dim) if guide == "per-datapoint" else (z_dim,)

@@ -15,16 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
 shift
-only=" $* "
-for name in "$@"; do
-  case " mlp-normal mlp-none conv-normal conv-none " in *" $name "*) ;; *) echo "$(basename "$0"): no cell $name (cells: mlp-normal mlp-none conv-normal conv-none)" >&2; exit 2 ;; esac
-done
+source experiments/lib/cells.sh
+check_cells cell "mlp-normal mlp-none conv-normal conv-none" "$@"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/architectures
 for decoder in mlp conv; do
   for prior in normal none; do
     cell="$decoder-$prior"
-    if [ "$only" != "  " ] && [[ "$only" != *" $cell "* ]]; then continue; fi
+    if ! chosen "$cell"; then continue; fi
     python -m amortized_pyro compare --config experiments/informative.toml --guides amortized,per-datapoint \
       --widths 64 --seeds 0,1,2 --dataset "$data" --n-obs 8000 --n-test 2000 --epochs 157 --eval-every 50 \
       --decoder "$decoder" --decoder-prior "$prior" --gap-images 20 --checkpoint-every 5m --no-progress \

@@ -22,10 +22,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
 shift
-only=" $* "
-for name in "$@"; do
-  case " vae cvae " in *" $name "*) ;; *) echo "$(basename "$0"): no design $name (designs: vae cvae)" >&2; exit 2 ;; esac
-done
+source experiments/lib/cells.sh
+check_cells design "vae cvae" "$@"
 n_obs=${CVAE_GAP_N_OBS:-8000}
 n_test=${CVAE_GAP_N_TEST:-2000}
 epochs=${CVAE_GAP_EPOCHS:-157}
@@ -37,7 +35,7 @@ mkdir -p runs/cvae-gap
 design() {  # NAME, then compare's options for it
   local name=$1
   shift
-  if [ "$only" != "  " ] && [[ "$only" != *" $name "* ]]; then return; fi
+  if ! chosen "$name"; then return; fi
   python -m amortized_pyro compare --config experiments/informative.toml --guides amortized,per-datapoint \
     --widths 64 --seeds "$seeds" --dataset "$data" --data-seed 0 --n-obs "$n_obs" --n-test "$n_test" \
     --epochs "$epochs" --eval-every 50 --gap-images "$images" --checkpoint-every 5m --no-progress \

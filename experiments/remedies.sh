@@ -16,16 +16,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=$1
 shift
-only=" $* "
-for name in "$@"; do
-  case " a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20 " in *" $name "*) ;; *) echo "$(basename "$0"): no cell $name (cells: a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20)" >&2; exit 2 ;; esac
-done
+source experiments/lib/cells.sh
+check_cells cell "a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20" "$@"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/remedies
 cell() {  # NAME, then compare's options for it
   local name=$1
   shift
-  if [ "$only" != "  " ] && [[ "$only" != *" $name "* ]]; then return; fi
+  if ! chosen "$name"; then return; fi
   python -m amortized_pyro compare --config experiments/informative.toml --widths 64 --seeds 0,1,2 \
     --dataset "$data" --n-obs 8000 --n-test 2000 --epochs 157 --eval-every 50 --gap-images 20 \
     --checkpoint-every 5m --no-progress --study "remedies: $name" --out "runs/remedies/$name" "$@" \

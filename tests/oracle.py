@@ -25,7 +25,7 @@ def leaky(h):
     return torch.where(h > 0, h, 0.2 * h)
 
 
-def mlp(h, ws, bs):
+def mlp_forward(h, ws, bs):
     """Linear layers with LeakyReLU(0.2) between them: h @ w.T + b."""
     for i, (w, b) in enumerate(zip(ws, bs)):
         h = h @ w.T + b
@@ -37,7 +37,7 @@ def mlp(h, ws, bs):
 def encoder_factor(x, e):
     """(μ, σ) of the amortized q(z | x) from encoder weights ``e`` (names as in the package's Encoder's
     state_dict)."""
-    h = mlp(x, [e["body.0.weight"], e["body.2.weight"]], [e["body.0.bias"], e["body.2.bias"]])
+    h = mlp_forward(x, [e["body.0.weight"], e["body.2.weight"]], [e["body.0.bias"], e["body.2.bias"]])
     h = leaky(h)
     return h @ e["loc.weight"].T + e["loc.bias"], torch.exp(h @ e["log_scale.weight"].T + e["log_scale.bias"])
 
@@ -53,7 +53,7 @@ def elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0, likel
     with ``kl_scale`` β < 1, the warm-up objective."""
     log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in LAYERS)
     log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in LAYERS)
-    out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    out = mlp_forward(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
     log_lik = log_bernoulli(x, out) if likelihood == "bernoulli" else log_normal(x, out, obs_scale)
     local = log_lik.sum() + kl_scale * (log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum())
     return kl_scale * (log_p_theta - log_q_theta) + scale * local
@@ -74,7 +74,7 @@ def meanfield_elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=
                    kl_scale=1.0):
     """The ELBO with analytic KL terms at one draw (θ, z) for the likelihood:
     (N/B) Σ log p(x | z, θ) − β [KL(q(θ) ‖ p(θ)) + (N/B) Σ_batch KL(q(z_n) ‖ p(z))]."""
-    out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    out = mlp_forward(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
     log_lik = log_bernoulli(x, out) if likelihood == "bernoulli" else log_normal(x, out, obs_scale)
     kl_theta = sum(kl_normal(*q_theta[l], prior_scale).sum() for l in LAYERS)
     kl_z = kl_normal(q_z[0], q_z[1], 1.0).sum()
@@ -87,7 +87,7 @@ def conditional_elbo(x, codes, q_theta, q_z, theta, z, scale, prior_scale=1.0, o
     (``prior_loc``, ``prior_log_scale``, [z_dim, K], under the decoder's prior and mean-field q), else N(0, I)."""
     log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in q_theta)
     log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in q_theta)
-    out = mlp(torch.cat([z, codes], -1), [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    out = mlp_forward(torch.cat([z, codes], -1), [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
     if "prior_loc" in theta:
         m, s = codes @ theta["prior_loc"].T, torch.exp(codes @ theta["prior_log_scale"].T)
     else:

@@ -16,7 +16,7 @@ from amortized_pyro.autoguides import AutoAmortizedNormal, AutoIterativeAmortize
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
 
-from oracle import LAYERS, elbo, encoder_factor, leaky, log_normal, mlp
+from oracle import LAYERS, elbo, encoder_factor, leaky, log_normal, mlp_forward
 
 N, B, X_DIM, Z_DIM, HIDDEN, WIDTH, T = 30, 6, 12, 3, 5, 4, 2
 PRIOR_SCALE, OBS_SCALE = 1.3, 0.7
@@ -66,7 +66,7 @@ def encode(g, p=10.0):
 def oracle_iterations(x, theta, encoder, update, generator):
     """The oracle's λ_T and Σ_t L_n(λ_t), from the formulas: L_n at one z draw, its gradient by autograd, the
     gated update λ ← γ λ + (1 − γ) Δ with λ_t stopped, log σ clamped to [-7.5, 2.5]."""
-    h = leaky(mlp(x, [encoder["body.0.weight"], encoder["body.2.weight"]], [encoder["body.0.bias"],
+    h = leaky(mlp_forward(x, [encoder["body.0.weight"], encoder["body.2.weight"]], [encoder["body.0.bias"],
                                                                            encoder["body.2.bias"]]))
     loc, scale = encoder_factor(x, encoder)
     log_scale, total = scale.log(), 0
@@ -75,7 +75,7 @@ def oracle_iterations(x, theta, encoder, update, generator):
     for _ in range(T):
         eps = torch.randn((1,) + loc.shape, generator=generator, dtype=loc.dtype)
         z = loc + log_scale.exp() * eps
-        out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+        out = mlp_forward(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
         local = (log_normal(x, out, OBS_SCALE).sum(-1) + log_normal(z, 0.0, 1.0).sum(-1)
                  - log_normal(z, loc, log_scale.exp()).sum(-1))[0]
         grads = torch.autograd.grad(local.sum(), (loc, log_scale), retain_graph=True, create_graph=False)

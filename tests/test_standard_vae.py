@@ -19,7 +19,7 @@ from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, display_order, make_guide
 from amortized_pyro.runs.config import FitConfig
 
-from oracle import LAYERS, encoder_factor, log_normal, mlp
+from oracle import LAYERS, encoder_factor, log_normal, mlp_forward
 
 N, B, X_DIM, Z_DIM, HIDDEN, WIDTH, OBS_SCALE = 30, 6, 12, 3, 5, 4, 0.7
 SHAPES = [(HIDDEN, Z_DIM), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (X_DIM, HIDDEN), (X_DIM,)]
@@ -34,7 +34,7 @@ def split(flat):
 
 def standard_vae_elbo(x, theta, z, q_z, beta=1.0, scale=N / B):
     """(N/B) Σ_batch [log p(x | z, θ̂) + β (log p(z) − log q(z | x))]: no θ terms (no prior, a point q(θ))."""
-    out = mlp(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    out = mlp_forward(z, [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
     local = log_normal(x, out, OBS_SCALE).sum() + beta * (log_normal(z, 0.0, 1.0).sum() - log_normal(z, *q_z).sum())
     return scale * local
 

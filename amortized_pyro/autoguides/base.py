@@ -30,7 +30,7 @@ from amortized_pyro.support.streams import outside_the_stream
 
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
 DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
-LOCAL_TERMS = "_local_terms"  # the guide's factor site of a family's own training terms (see local_terms)
+FAMILY_TERMS = "_family_terms"  # the guide's factor site of a family's own training terms (see factor_with_terms)
 LOCAL_FLOW = "_local_flow"  # the guide's auxiliary site of the flat local vector u_n where a flow draws it
 
 
@@ -216,7 +216,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         normal = self.local_normal()
         result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
         indices = self._indices(plates, args, kwargs)
-        loc, scale, terms = self.local_terms(indices, args, kwargs, result)
+        loc, scale, terms = self.factor_with_terms(indices, args, kwargs, result)
         locs, scales = self.structure.split(loc), self.structure.split(scale)
         masks = self.site_masks(args, kwargs, loc.shape[-2])
         with plates[self.plate]:
@@ -228,7 +228,7 @@ class AutoLocalGuide(Measured, AutoGuide):
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
                                                 else q.mask(masks[site.name]))
             if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
-                pyro.factor(LOCAL_TERMS, terms.detach() - terms, has_rsample=True)
+                pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)
         return result
 
     def site_masks(self, args, kwargs, batch):
@@ -275,7 +275,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         """Those features for the datapoints ``indices`` of this call, [B, F], or None (a family's hook)."""
         return None
 
-    def local_terms(self, indices, args, kwargs, theta):
+    def factor_with_terms(self, indices, args, kwargs, theta):
         """(μ, σ, terms): :meth:`local_factor`'s factor and per-datapoint terms [B] that the family adds to its
         training objective for their gradient alone (iterative amortized inference: every iteration's local
         ELBO), or None (a family's hook; here none)."""

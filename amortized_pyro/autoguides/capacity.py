@@ -142,15 +142,15 @@ def sweep_encoders(train, measure, widths, layers, seeds, done=(), save=None, lo
     rows = list(done)
     finished = {(r["width"], layers_of(r), r["seed"]) for r in rows}
     for width in widths:
-        for depth in layers:
+        for hidden in layers:
             for seed in seeds:
-                if (width, depth, seed) in finished:
+                if (width, hidden, seed) in finished:
                     continue
-                fresh, epochs, capped, elbo, fields = train(width, depth, seed)
+                fresh, epochs, capped, elbo, fields = train(width, hidden, seed)
                 log("encoder k=%d, %d hidden layer(s), seed %d: %d epochs%s, local ELBO %.2f nats per datapoint"
-                    % (width, depth, seed, epochs, " (cap)" if capped else "", elbo))
+                    % (width, hidden, seed, epochs, " (cap)" if capped else "", elbo))
                 for split, report in measure(fresh, seed):
-                    rows.append(dict(width=width, layers=depth, seed=seed, split=split, epochs=epochs,
+                    rows.append(dict(width=width, layers=hidden, seed=seed, split=split, epochs=epochs,
                                      encoder_capped=capped, encoder_elbo=elbo, **fields, **report))
                 if save:
                     save(rows)
@@ -174,8 +174,8 @@ def capacity_sweep(model, guide, train_args, test_args=None, *, widths=(16, 64, 
     check_draws(draws)
     calls = {"train": train_args} if test_args is None else {"train": train_args, "test": test_args}
 
-    def train(width, depth, seed):
-        fresh = train_fresh_encoder(model, guide, *train_args, width=width, layers=depth, encoder_input=encoder_input,
+    def train(width, hidden, seed):
+        fresh = train_fresh_encoder(model, guide, *train_args, width=width, layers=hidden, encoder_input=encoder_input,
                                     training=training, seed=seed, draws=draws)
         return fresh + (dict(training=asdict(training)),)
 

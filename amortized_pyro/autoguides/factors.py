@@ -23,7 +23,7 @@ REFINE_GRADS = ("straight-through", "unrolled")
 FREE_INITS = ("prior", "random")
 
 
-def mlp(x_dim, width, layers, slope=LEAKY_SLOPE):
+def hidden_layers(x_dim, width, layers, slope=LEAKY_SLOPE):
     """(Linear → LeakyReLU(slope)) × ``layers``: x_dim → width → … → width."""
     sizes = [x_dim] + [width] * layers
     return nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
@@ -47,7 +47,7 @@ class ConvBody(nn.Module):
         channels, height, wide = self.image_shape
         self.convolutions = nn.Sequential(nn.Conv2d(channels, 32, 4, 2, 1), nn.LeakyReLU(slope),
                                           nn.Conv2d(32, 64, 4, 2, 1), nn.LeakyReLU(slope))
-        self.head = mlp(64 * _halved(_halved(height)) * _halved(_halved(wide)) + extra, width, max(1, layers), slope)
+        self.head = hidden_layers(64 * _halved(_halved(height)) * _halved(_halved(wide)) + extra, width, max(1, layers), slope)
 
     def forward(self, x):
         h = self.convolutions(x[..., :self.pixels].reshape((-1,) + self.image_shape))
@@ -60,13 +60,13 @@ def conv(image_shape, width, layers=1, slope=LEAKY_SLOPE, extra=0):
     return ConvBody(image_shape, width, layers, slope, extra)
 
 
-def flat_mlp(image_shape, width, layers, slope=LEAKY_SLOPE, extra=0):
-    """:func:`mlp` on the flattened image (and ``extra`` inputs after its pixels): C·H·W + extra → width → … →
+def mlp_body(image_shape, width, layers, slope=LEAKY_SLOPE, extra=0):
+    """:func:`hidden_layers` on the flattened image (and ``extra`` inputs after its pixels): C·H·W + extra → width → … →
     width."""
-    return mlp(math.prod(image_shape) + extra, width, layers, slope)
+    return hidden_layers(math.prod(image_shape) + extra, width, layers, slope)
 
 
-ENCODERS = {"mlp": flat_mlp, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope, extra) → module
+ENCODERS = {"mlp": mlp_body, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope, extra) → module
 
 
 class Encoder(nn.Module):

@@ -19,12 +19,13 @@ from torch import nn
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.factors import (REFINE_GRADS, AmortizedFactor, Encoder, FreeFactor,
-                                               IterativeFactor, SemiAmortizedFactor, mlp)
+                                               IterativeFactor, SemiAmortizedFactor, hidden_layers)
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
+from amortized_pyro.local.steppers import outside_the_trace
 from amortized_pyro.support.streams import outside_the_stream
 
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
@@ -32,7 +33,7 @@ DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 
 def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS):
     """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]."""
-    return nn.Sequential(nn.Flatten(), mlp(x_dim, width, layers))
+    return nn.Sequential(nn.Flatten(), hidden_layers(x_dim, width, layers))
 
 
 class _FreeFactors(AutoLocalGuide):
@@ -196,12 +197,12 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         """Pickled with the model where its local ELBO is read off the model's trace (no ``local_log_joint``)."""
         return self.local_log_joint is None
 
+    def factor_with_terms(self, indices, args, kwargs, theta):
+        # torch.jit.trace cannot trace the steps' autograd.grad: under it (JitTrace_ELBO) they run as one Python
+        # node of the trace, on each call's own tensors (outside_the_trace says why and how)
+        return outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+
     def _joint(self, indices, args, kwargs, theta):
-        if torch.jit.is_tracing():  # measured: torch.jit.trace cannot trace autograd.grad through ops that save
-            # their output for backward (exp, sigmoid: "Cannot insert a Tensor that requires grad as a constant")
-            raise GuideError("%s takes gradient steps on the local ELBO inside the guide, which torch.jit.trace "
-                             "cannot trace: use Trace_ELBO or TraceMeanField_ELBO, not their JIT forms"
-                             % type(self).__name__)
         joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
                                                    stacked=isinstance(theta, Draws))
         kept = self.coordinate_mask(args, kwargs, len(indices))
@@ -248,6 +249,9 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
         return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator,
                         self._joint(indices, args, kwargs, theta), self.particles(theta))
 
+    def on_the_local_elbo(self, indices, args, kwargs, theta):
+        return (*self.local_factor(indices, args, kwargs, theta), None)
+
 
 class AutoIterativeAmortizedNormal(_OnTheLocalElbo):
     """Iterative amortized inference (Marino, Yue & Mandt 2018): the encoder's factor updated ``iterations``
@@ -279,12 +283,12 @@ class AutoIterativeAmortizedNormal(_OnTheLocalElbo):
             self.q_z = IterativeFactor(encoder, self.iterations, self.update_width or self.width, self.layers).to(
                 encoder.loc.weight.device)
 
-    def local_terms(self, indices, args, kwargs, theta):
+    def on_the_local_elbo(self, indices, args, kwargs, theta):
         return self.q_z.iterate(self.encoder_data(indices, args, kwargs), theta, self.refine_generator,
                                 self._joint(indices, args, kwargs, theta), self.particles(theta))
 
     def local_factor(self, indices, args, kwargs, theta):
-        loc, scale, _ = self.local_terms(indices, args, kwargs, theta)
+        loc, scale, _ = self.factor_with_terms(indices, args, kwargs, theta)
         return loc, scale
 
 

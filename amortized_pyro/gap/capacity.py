@@ -98,8 +98,8 @@ def sweep(result, data, widths, layers, seeds, n_images, training, settings, log
     own = FAMILIES[result.config.guide].encoder  # a run's own encoder sets the level every fresh one must reach
     target = objective_level(model, q_theta, result.guide.q_z, data.train, 0) if own else -math.inf
 
-    def train(width, depth, seed):
-        guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, depth, slope, training, seed,
+    def train(width, hidden, seed):
+        guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, hidden, slope, training, seed,
                                                     target)
         return guide, epochs, capped, elbo, dict(label=label("amortized", width), target=target if own else None,
                                                  reached_target=elbo >= target if own else None,

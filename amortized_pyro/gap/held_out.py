@@ -52,7 +52,7 @@ VALIDATION_FRACTION = 0.1
 class FreshEncoder:
     """One fresh encoder of the study: its width, what it trains on, and its regularizer.
 
-    :param int width: hidden width k (the run's encoder depth and slope).
+    :param int width: hidden width k (the run's encoder's hidden layers and slope).
     :param train_on: ``"train"``, ``"train+test"`` or a number of training images (module docstring).
     :param str regularizer: ``"none"``, ``"weight-decay"`` (AdamW, decay ``strength``) or ``"early-stopping"``
         (validation on a tenth of its training images, ``strength`` windows of patience).

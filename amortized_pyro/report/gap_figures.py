@@ -2,7 +2,7 @@
 
     gap_figure          the amortization gap against encoder width, train and test, with F-VI and
                         constant-VI as reference lines, and the gap left after k refinement steps
-    capacity_figure     fresh encoders on a frozen q(θ): the amortization gap against width, per depth
+    capacity_figure     fresh encoders on a frozen q(θ): the amortization gap against width, per number of hidden layers
 """
 import matplotlib
 import matplotlib.ticker
@@ -119,17 +119,17 @@ def capacity_figure(rows, path):
     where one of its encoders stopped at the epoch cap or short of its target (not by the rule)."""
     fig, ax = subplots(figsize=(8.5, 4.5))
     groups = capacity_seeds(rows)
-    depths = sorted({layers_of(r) for r in rows})  # hidden layers
-    colors = dict(zip(depths, matplotlib.colormaps.get_cmap("viridis")(np.linspace(0.1, 0.8, len(depths)))))
-    for depth in depths:
+    counts = sorted({layers_of(r) for r in rows})  # hidden layers
+    colors = dict(zip(counts, matplotlib.colormaps.get_cmap("viridis")(np.linspace(0.1, 0.8, len(counts)))))
+    for hidden in counts:
         for split, looks in SPLIT_LOOKS.items():
-            widths = sorted(w for (w, d, s) in groups if (d, s) == (depth, split))
-            gaps = [over_seeds([r["amortization_gap"] for r in groups[(width, depth, split)]]) for width in widths]
+            widths = sorted(w for (w, d, s) in groups if (d, s) == (hidden, split))
+            gaps = [over_seeds([r["amortization_gap"] for r in groups[(width, hidden, split)]]) for width in widths]
             if widths:
-                ax.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], color=colors[depth],
-                            capsize=3, label="%d hidden layer%s, %s images" % (depth, "s" * (depth > 1), split), **looks)
+                ax.errorbar(widths, [g["mean"] for g in gaps], yerr=[g["stderr"] for g in gaps], color=colors[hidden],
+                            capsize=3, label="%d hidden layer%s, %s images" % (hidden, "s" * (hidden > 1), split), **looks)
             short = [(w, g["mean"]) for w, g in zip(widths, gaps) if any(
-                r.get("encoder_capped") or r.get("reached_target") is False for r in groups[(w, depth, split)])]
+                r.get("encoder_capped") or r.get("reached_target") is False for r in groups[(w, hidden, split)])]
             if short:  # not at the rule: an encoder stopped at the epoch cap, or short of its target
                 ax.plot(*zip(*short), marker="x", markersize=11, color="red", linestyle="none",
                         label=None if any(h.get_label() == SHORT for h in ax.lines) else SHORT)

@@ -2,7 +2,7 @@
 into a run directory (:mod:`amortized_pyro.runs.store`), resume an interrupted run, load a finished one.
 
 A new run seeds the global random streams (torch, numpy, python: ``pyro.set_rng_seed``) once, in
-:func:`seed_run`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample
+:meth:`TrainingRun.new`, before its guide is built: the encoder's initialisation and every draw of Pyro's sample
 sites come from them. A resumed run restores them from its checkpoint instead. Nothing else in the package
 seeds or reads global state: a :class:`FitResult` carries its own model and guide, whose parameters are
 their own.
@@ -123,15 +123,7 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     config = replace(config or FitConfig(), **overrides).check()
     device = resolve_device(config.device)
     data = prepare_data(config, data, log)
-    writer = new_writer(config, data, device, out, "overwrite" if overwrite else "new") if out else None
-    seed_run(config)
-    return run(config, data, device, writer, None, progress, log)
-
-
-def seed_run(config):
-    """Seed the global random streams (torch, numpy, python) for a new run: the one place the package does
-    (see the module docstring); a single run (:func:`fit`) and each run of a pack alike."""
-    pyro.set_rng_seed(config.seed)
+    return TrainingRun.new(config, data, device, out, "overwrite" if overwrite else "new").train_alone(progress, log)
 
 
 RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "stop_window", "stop_gain", "eval_every", "predictive_draws",
@@ -160,83 +152,128 @@ def resume(path, data=None, progress=True, log=print, **changes):
     config = replace(FitConfig(**info["config"]), **changes).check()
     device = resolve_device(config.device)
     data = run_data(path, info, config, data, log)
-    writer, checkpoint = resume_writer(path, info, config, changes, log)
-    return run(config, data, device, writer, checkpoint, progress, log)
+    return TrainingRun.resumed(path, info, config, data, device, changes, log).train_alone(progress, log)
 
 
-def new_writer(config, data, device, out, mode):
-    """The :class:`~amortized_pyro.runs.store.RunWriter` of a new run into ``out`` (``mode``: new or overwrite)."""
-    info = {"config": asdict(config), "data": data_info(data), "device": str(device)}
-    return RunWriter(out, info, mode, parse_every(config.checkpoint_every))
+class TrainingRun:
+    """One run's life in training, from its config to its :class:`FitResult`: opened (:meth:`new`, :meth:`resumed`),
+    started (:meth:`start`), written epoch by epoch (:meth:`after_epoch`), finished (:meth:`finish`) or stopped
+    (:meth:`stopped`). :func:`fit` and :func:`resume` train one alone (:meth:`train_alone`), a pack
+    (:func:`amortized_pyro.runs.packs.fit_pack`) several together.
 
+    :param config: the run's :class:`FitConfig`
+    :param data: its images (:class:`~amortized_pyro.runs.data.Data`), moved to ``device``
+    :param device: the torch device it trains on
+    :param writer: the :class:`~amortized_pyro.runs.store.RunWriter` of its run directory; None: nothing is written
+    :param checkpoint: the checkpoint a resumed run goes on from; None: a new run
+    """
 
-def resume_writer(path, info, config, changes, log):
-    """(the writer, the last checkpoint) of the partial run in ``path``, resumed with ``changes`` (recorded)."""
-    checkpoint = read_checkpoint(path)
-    writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
-    writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
-    log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
-    return writer, checkpoint
+    def __init__(self, config, data, device, writer=None, checkpoint=None):
+        self.config, self.data, self.device = config, data.to(device), device
+        self.writer, self.checkpoint = writer, checkpoint
+        self.model = self.guide = self.state = None  # built by start()
 
+    @classmethod
+    def new(cls, config, data, device, out=None, mode="new"):
+        """A new run, its directory claimed where given, the global random streams seeded with ``config.seed``:
+        the one place the package seeds them (see the module docstring), for a single run and a pack's runs alike.
 
-def start(config, data, device, writer, checkpoint):
-    """The model, guide and training state of a run on ``data`` (on ``device``), restored from ``checkpoint``
-    where given, else written as its first checkpoint where there is a ``writer``."""
-    n_obs, x_dim = data.train.shape
-    model, guide = build(config, n_obs, x_dim, device, data.shape, data.n_classes)
-    state = TrainingState(guide, config, device)
-    if checkpoint:
-        restore(checkpoint, guide, state, config, device)
-        writer.rewrite_metrics(state.history)
-    elif writer:
-        writer.checkpoint(guide, state, device)
-    return model, guide, state
+        :param config: its :class:`FitConfig`
+        :param data: its images, as its run directory records them
+        :param device: its torch device
+        :param out: its run directory; None: nothing is written
+        :param mode: ``"new"`` (``out`` must not hold a run) or ``"overwrite"``
+        """
+        info = {"config": asdict(config), "data": data_info(data), "device": str(device)} if out else None
+        writer = RunWriter(out, info, mode, parse_every(config.checkpoint_every)) if out else None
+        pyro.set_rng_seed(config.seed)
+        return cls(config, data, device, writer)
 
+    @classmethod
+    def resumed(cls, path, info, config, data, device, changes, log):
+        """The partial run in ``path`` going on from its last checkpoint, ``changes`` recorded in its directory.
 
-def writing(writer, guide, state, device):
-    """The ``after_epoch`` of a :class:`~amortized_pyro.inference.training.SingleRun` that writes each record to
-    ``writer`` and checkpoints when due, at the end and when stopping (with the global random states)."""
-    def after_epoch(record, last, stopping):
+        :param path: its run directory
+        :param info: what the directory records (:func:`~amortized_pyro.runs.store.read_info`)
+        :param config: its :class:`FitConfig`, ``changes`` applied
+        :param data: its images
+        :param device: its torch device
+        :param changes: the settings changed (:data:`RESUMABLE_CHANGES`)
+        :param log: where the line saying so goes
+        """
+        checkpoint = read_checkpoint(path)
+        writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
+        writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
+        log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
+        return cls(config, data, device, writer, checkpoint)
+
+    def start(self):
+        """Build the model, guide and training state (:func:`build`); restore them from the checkpoint of a
+        resumed run, else write them as the first checkpoint where there is a writer."""
+        n_obs, x_dim = self.data.train.shape
+        self.model, self.guide = build(self.config, n_obs, x_dim, self.device, self.data.shape, self.data.n_classes)
+        self.state = TrainingState(self.guide, self.config, self.device)
+        if self.checkpoint:
+            restore(self.checkpoint, self.guide, self.state, self.config, self.device)
+            self.writer.rewrite_metrics(self.state.history)
+        elif self.writer:
+            self.writer.checkpoint(self.guide, self.state, self.device)
+
+    def after_epoch(self, record, last, stopping):
+        """The ``after_epoch`` of a :class:`~amortized_pyro.inference.training.SingleRun`: write the epoch's record,
+        and a checkpoint (with the global random states) when due, at the end and when stopping.
+
+        :param record: the epoch's record
+        :param last: whether it is the run's last epoch
+        :param stopping: whether the run stops after it (a signal, or the stopping rule)
+        """
+        if self.writer:
+            self.writer.add(record)
+            if last or stopping or self.writer.due(record["epoch"]):
+                self.writer.checkpoint(self.guide, self.state, self.device)
+
+    def finish(self):
+        """The :class:`FitResult` of the run trained to its end, written as finished where there is a writer."""
+        state, writer = self.state, self.writer
+        result = FitResult(self.config, state.history, self.model, self.guide, self.data.source, str(self.device),
+                           state.train_seconds, mean_image_mse(self.data), writer.out if writer else None)
         if writer:
-            writer.add(record)
-            if last or stopping or writer.due(record["epoch"]):
-                writer.checkpoint(guide, state, device)
-    return after_epoch
+            writer.finish(self.guide, result.final, result.mean_image_mse, state.train_seconds, len(state.history))
+        return result
 
+    def stopped(self, error):
+        """``error`` naming the run directory and what it keeps.
 
-def finish(config, data, device, writer, model, guide, state):
-    """The :class:`FitResult` of a run trained to its end, written as finished where there is a ``writer``."""
-    result = FitResult(config, state.history, model, guide, data.source, str(device), state.train_seconds,
-                       mean_image_mse(data), writer.out if writer else None)
-    if writer:
-        writer.finish(guide, result.final, result.mean_image_mse, state.train_seconds, len(state.history))
-    return result
+        :param error: the :class:`~amortized_pyro.errors.Diverged` or :class:`~amortized_pyro.errors.Interrupted`
+            that stopped it
+        """
+        out = self.writer.out if self.writer else None
+        if not isinstance(error, Diverged):
+            return Interrupted(error.signum, error.epoch, out)
+        return Diverged(error.epoch, error.loss, out, read_checkpoint(out)["epoch"], error.replica) if out else error
 
+    def train_alone(self, progress, log):
+        """Start, train and finish this run alone (the body of :func:`fit` and :func:`resume`); a new run that
+        fails before its first checkpoint leaves no directory behind.
 
-def stopped(error, writer):
-    """``error`` (Diverged or Interrupted) naming the run directory and what it keeps."""
-    if isinstance(error, Diverged):
-        return Diverged(error.epoch, error.loss, writer.out, read_checkpoint(writer.out)["epoch"],
-                        error.replica) if writer else error
-    return Interrupted(error.signum, error.epoch, writer.out if writer else None)
-
-
-def run(config, data, device, writer, checkpoint, progress, log):
-    """Build, restore where a checkpoint is given, train, and write: the body of :func:`fit` and :func:`resume`."""
-    data = data.to(device)
-    if config.batch_size > data.train.shape[0]:
-        log("batch size %d > %d training images: training on the full batch" % (config.batch_size, data.train.shape[0]))
-    try:
-        model, guide, state = start(config, data, device, writer, checkpoint)
-    except BaseException:
-        if writer and not checkpoint:
-            writer.discard()  # nothing finished: no directory that --out refuses and --resume cannot continue
-        raise
-    try:
-        train(SingleRun(model, guide, state, config, writing(writer, guide, state, device)), data, config, progress)
-    except (Diverged, Interrupted) as e:
-        raise stopped(e, writer) from None
-    return finish(config, data, device, writer, model, guide, state)
+        :param progress: whether to show a progress bar
+        :param log: where lines for the user go
+        """
+        config, data = self.config, self.data
+        if config.batch_size > data.train.shape[0]:
+            log("batch size %d > %d training images: training on the full batch"
+                % (config.batch_size, data.train.shape[0]))
+        try:
+            self.start()
+        except BaseException:
+            if self.writer and not self.checkpoint:
+                self.writer.discard()  # nothing finished: no directory that --out refuses and --resume cannot continue
+            raise
+        try:
+            train(SingleRun(self.model, self.guide, self.state, config, self.after_epoch), data, config, progress)
+        except (Diverged, Interrupted) as e:
+            raise self.stopped(e) from None
+        return self.finish()
 
 
 def load_run(path, device="cpu", data=None):

@@ -12,7 +12,7 @@ from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
 from amortized_pyro.inference.replicas import Pack, Stream, check_pack
 from amortized_pyro.inference.training import train
 from amortized_pyro.runs.config import FitConfig
-from amortized_pyro.runs.fit import finish, load_run, new_writer, resume, resume_writer, seed_run, start, stopped
+from amortized_pyro.runs.fit import TrainingRun, load_run, resume
 from amortized_pyro.runs.images import prepare_data, run_data
 from amortized_pyro.runs.layout import PACK_RUNS, pack_run_dir
 from amortized_pyro.runs.store import read_checkpoint, read_info, reopen, run_status
@@ -25,19 +25,17 @@ def pack_dirs(out, configs):
 
 
 def begin(config, data, device, run_dir, status, overwrite, changes, log):
-    """One replica's run set up as :func:`amortized_pyro.runs.fit.fit` or ``resume`` would (new, or from its
-    checkpoint), and its random stream captured: (model, guide, state, stream, writer)."""
-    writer, checkpoint = None, None
+    """One replica's :class:`~amortized_pyro.runs.fit.TrainingRun` opened as :func:`amortized_pyro.runs.fit.fit`
+    or ``resume`` would (new and seeded, or from its checkpoint) and started, and its random stream captured:
+    (run, stream)."""
     if status == "partial":
         info = read_info(run_dir)
         run_data(run_dir, info, config, data)
-        writer, checkpoint = resume_writer(run_dir, info, config, changes, log)
-    elif run_dir is not None:
-        writer = new_writer(config, data, device, run_dir, "overwrite" if overwrite or status == "started" else "new")
-    if checkpoint is None:
-        seed_run(config)  # a checkpoint restores its own states instead
-    model, guide, state = start(config, data, device, writer, checkpoint)
-    return model, guide, state, Stream(device), writer
+        run = TrainingRun.resumed(run_dir, info, config, data, device, changes, log)
+    else:
+        run = TrainingRun.new(config, data, device, run_dir, "overwrite" if overwrite or status == "started" else "new")
+    run.start()
+    return run, Stream(device)
 
 
 def fit_pack(configs, data, run_dirs=None, progress=True, log=print, overwrite=False, changes=None):
@@ -55,12 +53,13 @@ def fit_pack(configs, data, run_dirs=None, progress=True, log=print, overwrite=F
         raise AmortizedPyroError("a pack's runs must stand at the same epoch to resume together")
     begun = [begin(c, data, device, d, s, overwrite, changes or {}, log)
              for c, d, s in zip(configs, run_dirs, statuses)]
-    models, guides, states, streams, writers = map(list, zip(*begun))
+    runs, streams = map(list, zip(*begun))
     try:
-        train(Pack(models, guides, states, streams, writers, configs[0]), data, configs[0], progress)
+        train(Pack([r.model for r in runs], [r.guide for r in runs], [r.state for r in runs], streams,
+                   [r.writer for r in runs], configs[0]), data, configs[0], progress)
     except (Diverged, Interrupted) as e:
-        raise stopped(e, writers[e.replica if isinstance(e, Diverged) else 0]) from None
-    return [finish(c, data, device, w, m, g, s) for c, w, m, g, s in zip(configs, writers, models, guides, states)]
+        raise runs[e.replica if isinstance(e, Diverged) else 0].stopped(e) from None
+    return [run.finish() for run in runs]
 
 
 def fit_replicas(config, replicas, data=None, out=None, progress=True, log=print, overwrite=False):
