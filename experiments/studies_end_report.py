@@ -85,14 +85,21 @@ def table(found):
 
 def figure(found, path):
     fig, axes = subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colours = {(name, objective): "C%d" % i for i, (name, objective, *_) in enumerate(found)}  # the same in both panels
     for ax, split in zip(axes, ("train", "test")):
+        on_the_mean = []  # configurations whose last ratio rounds to 1.00: their lines lie on the mean image's
         for name, objective, rows, config, data, finished, _ in found:
             points = [(steps_of(r, config, data), r["%s_plugin_mse" % split] / data["mean_image_mse"]["%s_mse" % split])
                       for r in rows if r.get("%s_plugin_mse" % split) is not None]
+            label = "%s, %s" % (name, "authors' objective" if objective == "reference" else "ELBO")
             if points:
-                ax.plot(*zip(*points), ls="-" if objective == "reference" else "--",
-                        label="%s, %s%s" % (name, "authors' objective" if objective == "reference" else "ELBO",
-                                            "" if finished else " (going on)"))
+                ax.plot(*zip(*points), ls="-" if objective == "reference" else "--", color=colours[name, objective],
+                        label=label + ("" if finished else " (going on)"))
+                if round(points[-1][1], 2) == 1.0:
+                    on_the_mean.append(label)
+        if on_the_mean:  # lines drawn over each other there: named, so that none is hidden
+            ax.text(0.98, 0.97, "on the mean image's line (1.00 at the end):\n" + "\n".join(on_the_mean),
+                    transform=ax.transAxes, ha="right", va="top", fontsize=6.5)
         for level in (1.0,) + LEVELS:
             ax.axhline(level, color="grey", ls=":" if level < 1 else "-", lw=1)
         ax.set_xlim(0, TOTAL_STEPS)

@@ -13,14 +13,15 @@ EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 BASE = {"train_mse": 0.1, "test_mse": 0.2}
 
 
-def run_folder(root, name, guide, objective, train_mses, finished, gap=None):
+def run_folder(root, name, guide, objective, train_mses, finished, gap=None, held_out=True):
     run = root / name / "runs" / "mnist" / ("%s-seed0" % guide)
     run.mkdir(parents=True)
     config = {"guide": guide, "width": 64, "objective": objective, "batch_size": 1000}
     data = {"n_obs": 8000, "mean_image_mse": BASE}
     (run / "config.json").write_text(json.dumps({"config": config, "data": data}))
-    rows = [{"epoch": 50 * (k + 1), "elbo_per_obs": -500.0 + k, "train_plugin_mse": m, "test_plugin_mse": 2 * m,
-             "train_predictive_mse": m, "test_predictive_mse": 2 * m} for k, m in enumerate(train_mses)]
+    rows = [{"epoch": 50 * (k + 1), "elbo_per_obs": -500.0 + k, "train_plugin_mse": m, "train_predictive_mse": m,
+             **({"test_plugin_mse": 2 * m, "test_predictive_mse": 2 * m} if held_out else {})}
+            for k, m in enumerate(train_mses)]
     rows.insert(1, {"epoch": 51, "elbo_per_obs": None})  # an epoch without evaluation
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     if finished:
@@ -36,6 +37,8 @@ def test_table_and_figure(tmp_path, monkeypatch):
            "approximation_gap": {"mean": 3.0, "stderr": 0.25}}
     run_folder(tmp_path, "end-original-reference-amortized", "amortized", "reference", [0.1, 0.085, 0.04], True, gap)
     run_folder(tmp_path, "end-original-reference-per-datapoint", "per-datapoint", "reference", [0.1, 0.095], False)
+    # first in the figure, with no held-out line: the others keep their colour in the held-out panel all the same
+    run_folder(tmp_path, "end-original-elbo-shared", "shared", "elbo", [0.1, 0.1], True, held_out=False)
     monkeypatch.setattr(sys, "argv", ["studies_end_report.py", *sorted(str(p) for p in tmp_path.glob("end-*")),
                                       "--out", str(tmp_path / "out")])
     runpy.run_path(str(EXPERIMENTS / "studies_end_report.py"), run_name="__main__")
@@ -51,3 +54,5 @@ def test_table_and_figure(tmp_path, monkeypatch):
     assert list(lines["A-VI k=64, authors' objective"].get_ydata()) == pytest.approx([1.0, 0.85, 0.4])
     assert list(lines["F-VI, authors' objective (going on)"].get_xdata()) == [400, 800]
     assert [l.get_ydata()[0] for l in test.get_lines() if l.get_label().startswith("A-VI")] == pytest.approx([1.0])
+    same = {l.get_label(): l.get_color() for l in test.get_lines() if not l.get_label().startswith("_")}
+    assert same and all(lines[label].get_color() == colour for label, colour in same.items())  # one colour per run
