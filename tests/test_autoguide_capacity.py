@@ -101,9 +101,10 @@ def test_the_packages_guide_is_served_with_its_own_global_part():
 
 def test_an_observation_outside_the_local_plate_is_refused_in_one_line():
     """The package's local_terms="all" draws z in the plate "latents" and observes x in the plate "data": a
-    per-datapoint log joint read off the trace would miss x's term, so it is refused rather than computed."""
+    per-datapoint log joint read off the trace would miss x's term, so it is refused rather than computed (the
+    model behind a plain function, whose log joint is read off the trace: the model itself gives its own)."""
     model = BayesianDecoderModel(20, 6, 2, 4, local_terms="all")
     x = torch.rand(20, 6, generator=torch.Generator().manual_seed(2))
     with pytest.raises(AmortizedPyroError, match="'x' sit in another plate than 'latents'"):
-        train_fresh_encoder(model, make_guide("shared", model), x, torch.arange(20), None, x,
+        train_fresh_encoder(lambda *args: model(*args), make_guide("shared", model), x, torch.arange(20), None, x,
                             training=EncoderTraining(max_epochs=1))

@@ -21,8 +21,8 @@ import torch
 import pyro
 
 from amortized_pyro.autoguides.families import AutoAmortizedNormal
-from amortized_pyro.autoguides.gap import measure_gap
-from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
+from amortized_pyro.autoguides.gap import local_posterior, measure_gap
+from amortized_pyro.autoguides.local_joint import check_draws
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.settings import Checked, setting
 from amortized_pyro.support.streams import outside_the_stream
@@ -109,23 +109,43 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
                 fresh(*args, **kwargs)  # reads the model, builds the encoder for its data
         if fresh.q_theta is not None:  # the trained q(θ), copied; its draws (global_sample) carry no gradient
             fresh.q_theta.load_state_dict(guide.q_theta.state_dict())
-        indices = fresh.indices_of(*args, **kwargs)
-        log_joint = LocalJoint(model, fresh.structure, args, kwargs, indices, draws=draws)
-        placeholder = torch.empty(len(indices), 0, device=device)  # log_weights takes n from it; args hold x
-        generator = torch.Generator(device).manual_seed(seed)
         optimizer = torch.optim.Adam(fresh.q_z.parameters(), lr=training.encoder_lr)
-
-        def epoch():
-            theta = fresh.global_sample(generator)
-            loc, scale = fresh.local_factor(indices, args, kwargs, theta)
-            objective = log_weights(log_joint, placeholder, loc, scale, theta, 1, generator).sum()
-            optimizer.zero_grad()
-            (-objective).backward()
-            optimizer.step()
-            return objective.detach()
-
-        epochs, capped, elbo = until_converged(epoch, optimizer, training, len(indices))
+        posterior = local_posterior(model, fresh, args, kwargs, draws=draws, stacked=False)  # built once: a call
+        epochs, capped, elbo = train_to_convergence(model, fresh, lambda generator: [(args, kwargs, posterior)],
+                                                    len(posterior.x), training, seed, optimizer)
     return fresh, epochs, capped, elbo
+
+
+def encoder_step(model, fresh, args, kwargs, posterior=None, *, optimizer, generator, draws="auto"):
+    """One step of the fresh guide's ``optimizer`` on Σ_n L_n of the call ``model(*args, **kwargs)``'s datapoints at
+    one θ ~ q(θ) and one z draw per datapoint, on the model's local posterior (``posterior``: that call's, built
+    already; else built here, :func:`~amortized_pyro.autoguides.gap.local_posterior`): the objective, detached."""
+    posterior = posterior or local_posterior(model, fresh, args, kwargs, draws=draws, stacked=False)
+    theta = fresh.global_sample(generator)
+    loc, scale = posterior.factor(theta)
+    objective = log_weights(posterior.log_joint, posterior.x, loc, scale, theta, 1, generator).sum()
+    optimizer.zero_grad()
+    (-objective).backward()
+    optimizer.step()
+    return objective.detach()
+
+
+def train_to_convergence(model, fresh, calls, n, training, seed, optimizer, target=-math.inf, window_end=None,
+                         draws="auto"):
+    """The one encoder trainer, of every capacity sweep and of the held-out study: epochs of :func:`encoder_step`
+    on the calls ``calls(generator)`` (a list of (args, kwargs[, their local posterior]) per epoch: the whole call,
+    or minibatches of it), the draws from a generator seeded with ``seed``, until :func:`until_converged`'s rule
+    (``n``: datapoints per epoch; ``target`` and ``window_end(fresh, epochs, mean)`` as there): (epochs run, whether
+    the cap was hit, the last window's mean local ELBO per datapoint). ``fresh``: a guide whose factor (``q_z``)
+    ``optimizer`` trains, its q(θ) frozen."""
+    generator = torch.Generator(next(fresh.parameters()).device).manual_seed(seed)
+
+    def epoch():
+        return torch.stack([encoder_step(model, fresh, *call, optimizer=optimizer, generator=generator, draws=draws)
+                            for call in calls(generator)]).sum()
+
+    hook = None if window_end is None else (lambda epochs, mean: window_end(fresh, epochs, mean))
+    return until_converged(epoch, optimizer, training, n, target, hook)
 
 
 def layers_of(row):

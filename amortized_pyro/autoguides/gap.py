@@ -34,15 +34,16 @@ REFINE_SEED = 0  # an SA-VI or IA-VI guide refines its factor with z draws of th
 class TracedPosterior:
     """The local posterior of the module docstring for any model: the call ``model(*args, **kwargs)``'s datapoints,
     the log joint read off the model's trace. ``draws``: :func:`measure_gap`'s option; ``seen``: whether the guide
-    was trained on these datapoints (a per-datapoint guide has a factor only for those)."""
+    was trained on these datapoints (a per-datapoint guide has a factor only for those); ``stacked``: θ comes as
+    draws stacked [M, ...] (the gap's), else as one value (an encoder's training step)."""
 
     compact = False  # the model's log joint is of the whole call: no datapoint leaves an optimization early
     unchecked = False  # Pyro's argument checks as the user has them
 
-    def __init__(self, model, guide, args, kwargs, seen=True, draws="auto"):
+    def __init__(self, model, guide, args, kwargs, seen=True, draws="auto", stacked=True):
         self.guide, self.args, self.kwargs, self.seen, self.draws = guide, args, kwargs, seen, draws
         self.indices = guide.indices_of(*args, **kwargs)
-        self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=True, draws=draws)
+        self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=stacked, draws=draws)
         kept = guide.coordinate_mask(args, kwargs, len(self.indices))
         if kept is not None:  # the model's masked coordinates: a standard Normal reference, as the guide's own steps
             self.log_joint = MaskedJoint(self.log_joint, kept)
@@ -66,12 +67,13 @@ class TracedPosterior:
         return {}
 
 
-def local_posterior(model, guide, args, kwargs, seen=True, draws="auto"):
-    """The model's own local posterior where it has one (``model.local_posterior``), else :class:`TracedPosterior`."""
+def local_posterior(model, guide, args, kwargs, seen=True, draws="auto", stacked=True):
+    """The model's own local posterior where it has one (``model.local_posterior``: its log joint takes θ stacked or
+    not), else :class:`TracedPosterior`."""
     own = getattr(model, "local_posterior", None)
     if own is not None:
         return own(guide, args, kwargs, seen)
-    return TracedPosterior(model, guide, args, kwargs, seen, draws)
+    return TracedPosterior(model, guide, args, kwargs, seen, draws, stacked)
 
 
 @torch.no_grad()

@@ -11,15 +11,17 @@ until the fresh encoder's training objective has reached that encoder's on the s
 (:func:`objective_level`): a fresh encoder that stops below the one the decoder was trained with measures the
 optimizer, not the capacity (a fresh k = 64 encoder at lr 1e-3 stopped 14 nats per image short of it). Those
 that never reach it stop at ``max_epochs``, recorded as a cap hit (``reached_target`` False). The same protocol for any model and guide
-builder is :func:`amortized_pyro.autoguides.capacity.capacity_sweep`; this one keeps the package model's
-hand-written log joint and its minibatches, for speed.
+builder is :func:`amortized_pyro.autoguides.capacity.capacity_sweep`; both go through one loop
+(:func:`~amortized_pyro.autoguides.capacity.sweep_encoders`) and one encoder trainer
+(:func:`~amortized_pyro.autoguides.capacity.train_to_convergence`), on the model's local posterior (here the
+package model's hand-written log joint); a run's sweep adds minibatches, the run's encoder body and the target.
 """
 import math
 from dataclasses import asdict
 
 import torch
 
-from amortized_pyro.autoguides.capacity import sweep_encoders, until_converged
+from amortized_pyro.autoguides.capacity import sweep_encoders, train_to_convergence
 from amortized_pyro.autoguides.gap import measure_gap
 from amortized_pyro.gap.measure import gap_images
 from amortized_pyro.inference.svi import make_optimizer
@@ -32,40 +34,25 @@ from amortized_pyro.support.streams import outside_the_stream
 
 def train_encoder(model, q_theta, x, width, layers, slope, training, seed, target=-math.inf, window_end=None,
                   weight_decay=0.0):
-    """A fresh amortized guide on the frozen ``q_theta`` (a copy), its encoder trained to convergence on the
-    images ``x`` (module docstring; ``target`` and ``window_end`` as in
-    :func:`~amortized_pyro.autoguides.capacity.until_converged`, ``window_end`` given the guide first; ``weight_decay``: AdamW's decoupled decay on
-    the encoder's weight matrices, as ``fit --weight-decay``): (the guide, epochs run, whether the cap was
-    hit, the last window's mean local ELBO per image)."""
-    generator = torch.Generator(x.device).manual_seed(seed)
+    """A fresh amortized guide of the package (:func:`~amortized_pyro.models.guides.make_guide`, the run's encoder
+    body) on the frozen ``q_theta`` (a copy), its encoder trained to convergence on the images ``x`` by the one
+    encoder trainer (:func:`~amortized_pyro.autoguides.capacity.train_to_convergence`) on minibatches of
+    ``training.encoder_batch_size`` images, reshuffled each epoch (module docstring; ``target`` and
+    ``window_end(guide, epochs, mean)`` as there; ``weight_decay``: AdamW's decoupled decay on the encoder's
+    weight matrices, as ``fit --weight-decay``): (the guide, epochs run, whether the cap was hit, the last
+    window's mean local ELBO per image)."""
     with outside_the_stream(x.device):
         torch.manual_seed(seed)  # the encoder's initialisation
         guide = make_guide("amortized", model, width=width, encoder_layers=layers, encoder_slope=slope).to(x.device)
     guide.q_theta.load_state_dict(q_theta.state_dict())
-    factor = guide.q_z
-    optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(factor.named_parameters()))
+    optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(guide.q_z.named_parameters()))
 
-    def epoch():
-        total = torch.zeros((), device=x.device)
-        for rows in minibatches(x.shape[0], training.encoder_batch_size, x.device, generator):
-            total += encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
-        return total
+    def calls(generator):
+        return [((x[rows], rows), {}) for rows in minibatches(x.shape[0], training.encoder_batch_size, x.device,
+                                                               generator)]
 
-    hook = None if window_end is None else (lambda epochs, mean: window_end(guide, epochs, mean))
-    return (guide,) + until_converged(epoch, optimizer, training, x.shape[0], target, hook)
-
-
-def encoder_step(model, q_theta, factor, optimizer, x, rows, generator):
-    """One Adam step of an encoder's ``factor`` on Σ_n L_n of the images ``rows`` at a fresh θ ~ q(θ), one z
-    draw per image; returns that objective, detached."""
-    with torch.no_grad():
-        theta = q_theta.sample(generator)
-    loc, scale = factor(x[rows], rows)
-    objective = log_weights(model.local_log_joint, x[rows], loc, scale, theta, 1, generator).sum()
-    optimizer.zero_grad()
-    (-objective).backward()
-    optimizer.step()
-    return objective.detach()
+    return (guide,) + train_to_convergence(model, guide, calls, x.shape[0], training, seed, optimizer, target,
+                                           window_end)
 
 
 @torch.no_grad()

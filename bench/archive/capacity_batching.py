@@ -1,5 +1,5 @@
 """Would the capacity sweep gain by training its encoders of one width (different seeds) as one batched model?
-An upper bound: one encoder-training step (amortized_pyro.gap.capacity.train_encoder's, on the frozen decoder) on a
+An upper bound: one encoder-training step (amortized_pyro.autoguides.capacity.encoder_step, on the frozen decoder) on a
 minibatch of R·B images against R steps on B images each, interleaved. R encoders batched would cost at
 least the former (R encoders' own layers add to it; the decoder's work is the same), so if R steps of B cost
 about what one step of R·B costs, batching the seeds cannot pay.
@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from amortized_pyro.gap.capacity import encoder_step
+from amortized_pyro.autoguides.capacity import encoder_step
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.fit import finished_run
 
@@ -28,12 +28,13 @@ def main():
     result, data = finished_run(args.run_dir, "cpu", lambda *a: None)
     model, q_theta, x = result.model, result.guide.q_theta, data.train
     torch.manual_seed(0)
-    factor = make_guide("amortized", model, width=args.width).q_z
-    optimizer = torch.optim.Adam(factor.parameters(), lr=1e-3)
+    guide = make_guide("amortized", model, width=args.width)
+    guide.q_theta.load_state_dict(q_theta.state_dict())
+    optimizer = torch.optim.Adam(guide.q_z.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(0)
 
     def step(rows):
-        encoder_step(model, q_theta, factor, optimizer, x, rows, generator)
+        encoder_step(model, guide, (x[rows], rows), {}, optimizer=optimizer, generator=generator)
 
     def timed(batch, repeat):
         rows = torch.arange(batch)
