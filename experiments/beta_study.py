@@ -8,6 +8,7 @@ Bayesian one, seeds 0, 1, 2, on each data set. Each run in runs/beta/DATASET-DEC
 
     python experiments/make_shapes.py --out data/shapes.npz --n-train 4000 --n-test 1000 --seed 0
     python experiments/beta_study.py run --shapes data/shapes.npz --mnist ../shared/data/mnist
+        [--datasets shapes,mnist] [--decoders standard,bayesian]   (a part of the grid, e.g. one per core)
     python experiments/beta_study.py report runs/beta --shapes data/shapes.npz --out figures/beta
 
 Per run, the report computes: the ELBO per image at β = 1 (the true bound: the run's last evaluation, which
@@ -66,6 +67,8 @@ def python(*args):
 def run(args):
     data = {"shapes": args.shapes, "mnist": args.mnist}
     for dataset, decoder, beta, seed in grid():
+        if dataset not in args.datasets or decoder not in args.decoders:
+            continue
         out = args.runs / run_name(dataset, decoder, beta, seed)
         if not (out / "summary.json").exists():
             if out.exists():
@@ -230,6 +233,11 @@ def main():
     go.add_argument("--shapes", required=True, help="the shapes' .npz (experiments/make_shapes.py)")
     go.add_argument("--mnist", required=True, help="MNIST: a folder of IDX files or a dataset name")
     go.add_argument("--runs", type=Path, default=Path("runs/beta"))
+    go.add_argument("--datasets", type=lambda v: v.split(","), default=["shapes", "mnist"],
+                    help="comma-separated: which data sets' runs (default shapes,mnist; two processes on two cores "
+                         "each take their own part of the grid)")
+    go.add_argument("--decoders", type=lambda v: v.split(","), default=["standard", "bayesian"],
+                    help="comma-separated: which decoders' runs (default standard,bayesian)")
     rep = sub.add_parser("report", help="the table and figures of the finished runs")
     rep.add_argument("runs", type=Path)
     rep.add_argument("--shapes", required=True)

@@ -52,3 +52,26 @@ def test_the_figures_are_drawn(report):
     for name in ("beta.png", "traversal-shapes.png"):
         image = matplotlib.image.imread(report / name)
         assert image.shape[0] > 300 and np.std(image[..., :3]) > 0.05  # not blank
+
+
+def test_run_takes_the_part_of_the_grid_it_is_given(tmp_path, monkeypatch):
+    """`run --datasets mnist --decoders bayesian` trains and measures that part alone (β 1 and 4, 3 seeds), so two
+    processes on two cores can share the grid; a run with a summary and a gap report is not touched again."""
+    import argparse
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("beta_study", ROOT / "experiments" / "beta_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    calls = []
+    monkeypatch.setattr(study, "python", lambda *args: calls.append(args))
+    done = tmp_path / "mnist-bayesian-b1-s0"
+    done.mkdir()
+    (done / "summary.json").write_text("{}")
+    (done / "gap-test.json").write_text("{}")
+    study.run(argparse.Namespace(runs=tmp_path, datasets=["mnist"], decoders=["bayesian"], shapes="s.npz", mnist="m"))
+    fits = [c for c in calls if c[0] == "fit"]
+    outs = sorted(c[c.index("--out") + 1] for c in fits)
+    assert outs == sorted(str(tmp_path / ("mnist-bayesian-b%s-s%d" % (b, s))) for b in ("1", "4") for s in (0, 1, 2)
+                          if (b, s) != ("1", 0))
+    assert all(c[c.index("--dataset") + 1] == "m" and c[c.index("--decoder-prior") + 1] == "normal" for c in fits)
+    assert len(calls) == 2 * len(fits)  # each then its gap
