@@ -85,7 +85,8 @@ def gap_report_command(folder):
               help="Comma-separated numbers of hidden layers (--depths: its former name).")
 @click.option("--seeds", default="0,1,2", show_default=True, callback=comma_separated(0, required=True),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
-@n_images_option(100, "The gaps on N training and N test images drawn at random by the gap seed (--seed plus the encoder's seed).")
+@n_images_option(100, "The gaps on N training and N test images drawn at random by the gap seed (--seed plus "
+                      "the encoder's seed).")
 @fresh_encoder_options
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
               help="Folder for capacity.jsonl, capacity.md and capacity.png (default: RUN_DIR/capacity). "
