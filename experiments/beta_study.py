@@ -64,6 +64,18 @@ def python(*args):
         sys.exit("beta_study.py: `%s` failed (exit %d)" % (" ".join(args), done.returncode))
 
 
+def names(*known):
+    """An argparse type: comma-separated names, each one of ``known`` (a typo is refused, not a part that runs
+    nothing)."""
+    def parse(value):
+        chosen = value.split(",")
+        unknown = [v for v in chosen if v not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError("unknown %s (choose from %s)" % (", ".join(unknown), ", ".join(known)))
+        return chosen
+    return parse
+
+
 def run(args):
     data = {"shapes": args.shapes, "mnist": args.mnist}
     for dataset, decoder, beta, seed in grid():
@@ -233,10 +245,10 @@ def main():
     go.add_argument("--shapes", required=True, help="the shapes' .npz (experiments/make_shapes.py)")
     go.add_argument("--mnist", required=True, help="MNIST: a folder of IDX files or a dataset name")
     go.add_argument("--runs", type=Path, default=Path("runs/beta"))
-    go.add_argument("--datasets", type=lambda v: v.split(","), default=["shapes", "mnist"],
+    go.add_argument("--datasets", type=names("shapes", "mnist"), default=["shapes", "mnist"],
                     help="comma-separated: which data sets' runs (default shapes,mnist; two processes on two cores "
                          "each take their own part of the grid)")
-    go.add_argument("--decoders", type=lambda v: v.split(","), default=["standard", "bayesian"],
+    go.add_argument("--decoders", type=names("standard", "bayesian"), default=["standard", "bayesian"],
                     help="comma-separated: which decoders' runs (default standard,bayesian)")
     rep = sub.add_parser("report", help="the table and figures of the finished runs")
     rep.add_argument("runs", type=Path)

@@ -4,9 +4,10 @@ convergence, and their gaps are measured (:func:`~amortized_pyro.autoguides.meas
 call and, where given, on held-out datapoints. Does capacity close the gap when the model's globals are
 fixed, and does the held-out gap follow?
 
-Training an encoder φ: Adam on Σ_n L_n(encoder_φ(x_n); θ), the local ELBO read off the model's trace
-(:class:`~amortized_pyro.autoguides.local_joint.LocalJoint`), one fresh θ ~ q(θ) and one z draw per
-datapoint per step, every datapoint of the call in each step (KL(q(θ) ‖ p(θ)) does not depend on φ and is
+Training an encoder φ (:func:`train_to_convergence`, the one trainer): Adam on Σ_n L_n(encoder_φ(x_n); θ), the
+local ELBO on the model's local posterior (:func:`~amortized_pyro.autoguides.gap.local_posterior`: read off the
+model's trace, or the model's own log joint), one fresh θ ~ q(θ) and one z draw per datapoint per step, every
+datapoint of the call in each step (or minibatches of it, as a run's sweep takes them) (KL(q(θ) ‖ p(θ)) does not depend on φ and is
 left out). **Convergence** (:func:`until_converged`): the mean objective per datapoint over a window of
 ``encoder_window`` epochs has improved on the window before by less than ``encoder_tolerance`` nats after
 the learning rate has been halved ``lr_halvings`` times, once at each such window before (so that Adam's

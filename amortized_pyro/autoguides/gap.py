@@ -5,13 +5,15 @@ protocol with three parts:
 
     draws of the globals      ``prepare(draws)``: the guide's θ draws, with what the log joint precomputes of them
     the local factor          ``factor(θ)``: the guide's (μ, σ) [B, size] for the call's datapoints, or None
-    the log joint             ``log_joint(x, z, θ)`` per datapoint, on ``x`` (and ``size``, ``compact``, ``flow()``,
+                              (differentiable: an encoder's training step takes its gradient)
+    the log joint             ``log_joint(x, z, θ)`` per datapoint, on ``x``, θ one value or draws stacked [M, ...]
+                              (and ``size``, ``compact``, ``flow()``,
                               ``extras(best)``: what the report adds of its own,
                               ``unchecked``: whether Pyro's argument checks are off while it is measured)
 
 :class:`TracedPosterior` implements it for any model, the log joint read off the model's trace
 (:class:`.local_joint.LocalJoint`); a model may implement it itself, faster, by a method
-``local_posterior(guide, args, kwargs, seen)`` (the package's model: its hand-written log joint,
+``local_posterior(guide, args, kwargs, seen, stacked)`` (the package's model: its hand-written log joint,
 :class:`~amortized_pyro.models.local_posterior.ModelPosterior`).
 
 Everything lives in each local site's unconstrained space, where the guides' factors are Gaussian: the
@@ -42,6 +44,7 @@ class TracedPosterior:
 
     def __init__(self, model, guide, args, kwargs, seen=True, draws="auto", stacked=True):
         self.guide, self.args, self.kwargs, self.seen, self.draws = guide, args, kwargs, seen, draws
+        self.stacked = stacked
         self.indices = guide.indices_of(*args, **kwargs)
         self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=stacked, draws=draws)
         kept = guide.coordinate_mask(args, kwargs, len(self.indices))
@@ -57,7 +60,7 @@ class TracedPosterior:
     def factor(self, theta):
         if not (self.seen or self.guide.can_infer_unseen):
             return None
-        with _guide_draws(self.guide, self.draws, self.args, self.kwargs, self.indices):
+        with _guide_draws(self.guide, self.draws, self.args, self.kwargs, self.indices, self.stacked):
             return self.guide.local_factor(self.indices, self.args, self.kwargs, theta)
 
     def flow(self):
@@ -68,11 +71,12 @@ class TracedPosterior:
 
 
 def local_posterior(model, guide, args, kwargs, seen=True, draws="auto", stacked=True):
-    """The model's own local posterior where it has one (``model.local_posterior``: its log joint takes θ stacked or
-    not), else :class:`TracedPosterior`."""
+    """The model's own local posterior where it has one (``model.local_posterior(guide, args, kwargs, seen, stacked)``),
+    else :class:`TracedPosterior`. ``stacked``: θ comes as draws stacked [M, ...] (the gap's), else as one value
+    whose ``factor(θ)`` keeps its gradient (an encoder's training step, :func:`~.capacity.encoder_step`)."""
     own = getattr(model, "local_posterior", None)
     if own is not None:
-        return own(guide, args, kwargs, seen)
+        return own(guide, args, kwargs, seen, stacked)
     return TracedPosterior(model, guide, args, kwargs, seen, draws, stacked)
 
 
@@ -149,13 +153,14 @@ def _measure(posterior, guide, settings, refine_steps, seed, progress, log):
 
 
 @contextmanager
-def _guide_draws(guide, draws, args, kwargs, indices):
+def _guide_draws(guide, draws, args, kwargs, indices, stacked=True):
     """While it lasts, an SA-VI or iterative guide that reads the log joint off its model's trace reads it with
-    ``draws`` (its own default is "auto"); other guides, and ``draws="auto"``, are left as they are."""
+    ``draws`` (its own default is "auto") and θ ``stacked`` or not; other guides, and ``draws="auto"``, are left as
+    they are."""
     if draws == "auto" or getattr(guide, "local_log_joint", True) is not None:
         yield
         return
-    guide.local_log_joint = LocalJoint(guide.model, guide.structure, args, kwargs, indices, stacked=True, draws=draws)
+    guide.local_log_joint = LocalJoint(guide.model, guide.structure, args, kwargs, indices, stacked=stacked, draws=draws)
     try:
         yield
     finally:

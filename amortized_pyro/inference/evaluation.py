@@ -16,6 +16,7 @@ import math
 
 import torch
 
+from amortized_pyro.autoguides.gap import REFINE_SEED
 from amortized_pyro.models.conditional import model_data
 
 EVAL_BATCH = 10000
@@ -33,7 +34,7 @@ def factor(guide, x, idx=None, theta=None):
             return None
         idx = torch.arange(x.shape[0], device=x.device)
     theta = guide.global_mean() if theta is None else theta
-    with guide.refinement_draws(torch.Generator(x.device).manual_seed(0)):
+    with guide.refinement_draws(torch.Generator(x.device).manual_seed(REFINE_SEED)):  # as the gap's
         return guide.local_factor(idx, (x, idx), {}, theta)
 
 

@@ -6,7 +6,6 @@ which runs such steps inside a ``torch.jit.trace`` (Pyro's JitTrace_ELBO) as one
 import math
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 
 class RowAdam:
@@ -97,8 +96,9 @@ def outside_the_trace(region, *args):
     trace as constants of the first call. So every tensor in ``args`` (the data, the plate's indices, θ) is an
     input of the node, and so is every parameter the region's result depends on (found by one run of the region
     when traced), so that the gradient reaches them (:class:`_OutsideTheTrace`). The region's random draws are
-    made when the node runs, in the order of the untraced program's. Any other state the region reads must not
-    change from call to call (the guide's settings, the model's code).
+    made when the node runs, in the order of the untraced program's (the global streams: a generator of the
+    guide's own, ``refine_generator``, set only while an evaluation measures, is advanced by the finding run too).
+    Any other state the region reads must not change from call to call (the guide's settings, the model's code).
 
     :param callable region: a function of ``args`` returning tensors (or None) in a fixed nesting of tuples,
         lists and dicts.
@@ -107,10 +107,11 @@ def outside_the_trace(region, *args):
     """
     if not torch.jit.is_tracing():
         return region(*args)
+    from torch.utils._pytree import tree_flatten, tree_unflatten  # private: see _run
     leaves, spec = tree_flatten(args)
     where = [i for i, leaf in enumerate(leaves) if torch.is_tensor(leaf)]
-    template = (leaves, spec, where)
     tensors = [leaves[i] for i in where]
+    template = ([None if torch.is_tensor(leaf) else leaf for leaf in leaves], spec, where)  # no tensor kept
     devices = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
     with torch.random.fork_rng(devices):  # the finding run draws nothing: a traced call draws as an untraced one
         outputs, out_spec, copies = _run(region, template, tensors)
@@ -123,6 +124,7 @@ def outside_the_trace(region, *args):
 def _run(region, template, tensors):
     """The region on ``tensors`` (put where the template's tensors were), with tracing off and gradients on:
     (its flat outputs, their nesting, the tensors' detached copies it ran on)."""
+    from torch.utils._pytree import tree_flatten, tree_unflatten
     leaves, spec, where = template
     copies = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
     leaves = list(leaves)

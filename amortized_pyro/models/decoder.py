@@ -184,11 +184,12 @@ class BayesianDecoderModel(LocalModule):
         square = offset.unsqueeze(1) + ((hg - 2 * linear.unsqueeze(1)) * h).sum(-1)  # one product with h, not two
         return -0.5 / self.obs_scale ** 2 * square - x.shape[-1] * (math.log(self.obs_scale) + HALF_LOG_2PI) + prior
 
-    def local_posterior(self, guide, args, kwargs, seen=True):
+    def local_posterior(self, guide, args, kwargs, seen=True, stacked=True):
         """The gap's protocol (:mod:`amortized_pyro.autoguides.gap`) for the call ``model(x, idx, ...)``: its
-        hand-written log joint (:class:`~amortized_pyro.models.local_posterior.ModelPosterior`); ``seen`` False
-        (or idx None): images the guide never saw."""
-        x, idx = args[0], args[1] if len(args) > 1 else kwargs.get("idx")
+        hand-written log joint (:class:`~amortized_pyro.models.local_posterior.ModelPosterior`, which takes θ
+        stacked or not, so ``stacked`` changes nothing); ``seen`` False (or idx None): images the guide never saw."""
+        x = args[0] if args else kwargs["x"]
+        idx = args[1] if len(args) > 1 else kwargs.get("idx")
         return ModelPosterior(self, guide, x, idx if seen else None)
 
     @torch.no_grad()
