@@ -8,7 +8,8 @@ Bayesian one, seeds 0, 1, 2, on each data set. Each run in runs/beta/DATASET-DEC
 
     python experiments/make_shapes.py --out data/shapes.npz --n-train 4000 --n-test 1000 --seed 0
     python experiments/beta_study.py run --shapes data/shapes.npz --mnist ../shared/data/mnist
-        [--datasets shapes,mnist] [--decoders standard,bayesian]   (a part of the grid, e.g. one per core)
+        [--datasets shapes,mnist] [--decoders standard,bayesian] [--betas 0.25,0.5]   (a part of the grid, e.g.
+        one per core)
     python experiments/beta_study.py report runs/beta --shapes data/shapes.npz --out figures/beta
 
 Per run, the report computes: the ELBO per image at β = 1 (the true bound: the run's last evaluation, which
@@ -79,7 +80,7 @@ def names(*known):
 def run(args):
     data = {"shapes": args.shapes, "mnist": args.mnist}
     for dataset, decoder, beta, seed in grid():
-        if dataset not in args.datasets or decoder not in args.decoders:
+        if dataset not in args.datasets or decoder not in args.decoders or (args.betas and beta not in args.betas):
             continue
         out = args.runs / run_name(dataset, decoder, beta, seed)
         if not (out / "summary.json").exists():
@@ -250,6 +251,8 @@ def main():
                          "each take their own part of the grid)")
     go.add_argument("--decoders", type=names("standard", "bayesian"), default=["standard", "bayesian"],
                     help="comma-separated: which decoders' runs (default standard,bayesian)")
+    go.add_argument("--betas", type=lambda v: [float(b) for b in v.split(",")], default=None,
+                    help="comma-separated: which β's runs (default every β of the grid)")
     rep = sub.add_parser("report", help="the table and figures of the finished runs")
     rep.add_argument("runs", type=Path)
     rep.add_argument("--shapes", required=True)

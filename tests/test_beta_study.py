@@ -68,10 +68,15 @@ def test_run_takes_the_part_of_the_grid_it_is_given(tmp_path, monkeypatch):
     done.mkdir()
     (done / "summary.json").write_text("{}")
     (done / "gap-test.json").write_text("{}")
-    study.run(argparse.Namespace(runs=tmp_path, datasets=["mnist"], decoders=["bayesian"], shapes="s.npz", mnist="m"))
+    study.run(argparse.Namespace(runs=tmp_path, datasets=["mnist"], decoders=["bayesian"], betas=None, shapes="s.npz",
+                                 mnist="m"))
     fits = [c for c in calls if c[0] == "fit"]
     outs = sorted(c[c.index("--out") + 1] for c in fits)
     assert outs == sorted(str(tmp_path / ("mnist-bayesian-b%s-s%d" % (b, s))) for b in ("1", "4") for s in (0, 1, 2)
                           if (b, s) != ("1", 0))
     assert all(c[c.index("--dataset") + 1] == "m" and c[c.index("--decoder-prior") + 1] == "normal" for c in fits)
     assert len(calls) == 2 * len(fits)  # each then its gap
+    calls.clear()
+    study.run(argparse.Namespace(runs=tmp_path, datasets=["shapes"], decoders=["standard"], betas=[0.25, 8.0],
+                                 shapes="s.npz", mnist="m"))
+    assert sorted(c[c.index("--kl-weight") + 1] for c in calls if c[0] == "fit") == ["0.25"] * 3 + ["8.0"] * 3
