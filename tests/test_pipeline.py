@@ -391,3 +391,14 @@ def test_a_mirror_keeps_a_comparisons_small_files_in_their_layout_and_skips_a_ce
     copied = sorted(str(p.relative_to(tmp_path / "figures")) for p in (tmp_path / "figures").rglob("*") if p.is_file())
     assert copied == sorted(p.replace("runs/", "", 1) for p in small)
     assert "no runs/remedies/f-vi yet" in capsys.readouterr().err
+
+
+def test_every_study_script_is_executable():
+    """The docs run them as `experiments/NAME.sh DATA`: each study script has its executable bit in git's tree too
+    (experiments/lib/ holds sourced helpers, not commands)."""
+    import os
+    scripts = sorted([*EXPERIMENTS.glob("*.sh"), *EXPERIMENTS.glob("archive/*.sh")])
+    assert scripts and [p.name for p in scripts if not os.access(p, os.X_OK)] == []
+    listed = subprocess.run(["git", "ls-files", "-s", "experiments"], cwd=ROOT, capture_output=True, text=True).stdout
+    modes = {line.split()[3]: line.split()[0] for line in listed.splitlines()}
+    assert [name for name, mode in modes.items() if name.endswith(".sh") and "/lib/" not in name and mode != "100755"] == []
