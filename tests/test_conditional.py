@@ -136,6 +136,20 @@ def test_a_conditional_run_trains_on_the_shipped_sample_and_its_gap_is_measured(
     assert math.isfinite(report["amortization_gap"]["mean"]) and math.isfinite(report["optimized_plugin_mse"])
 
 
+@pytest.mark.parametrize("decoder_prior", ["normal", "none"])
+def test_a_conditional_run_with_conv_encoder_and_decoder_trains(tmp_path, decoder_prior):
+    """The conditional model with the conv decoder (it reads [z, one-hot(c)]) and the conv encoder (the label joins
+    the convolutions' features), Bayesian or standard: finite ELBOs, and the label recorded."""
+    out = tmp_path / "run"
+    result = run_cli(["fit", "--guide", "amortized", "--width", 4, "--conditional", "--decoder", "conv", "--encoder",
+                      "conv", "--decoder-prior", decoder_prior, *TINY, "--out", out])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "config.json").read_text())
+    assert info["config"]["conditional"] and info["config"]["decoder"] == "conv" and info["config"]["encoder"] == "conv"
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 3 and all(math.isfinite(r["elbo"]) for r in metrics)
+
+
 def test_a_conditional_run_trains_on_a_cifar10_folder_with_its_labels(tmp_path):
     """`fit --conditional` on a folder in CIFAR-10's published format (python batches: labels beside the images):
     the labels recorded are the batches' own, and the encoder and decoder read 3,072 pixels and 10 classes."""
