@@ -20,7 +20,8 @@ def main():
     rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(args.rows, out / "capacity.jsonl")
+    if Path(args.rows).resolve() != (out / "capacity.jsonl").resolve():  # made again in place: nothing to copy
+        shutil.copy(args.rows, out / "capacity.jsonl")
     table = format_capacity(rows)
     (out / "capacity.md").write_text("Command: python experiments/capacity_status.py %s --out %s (%d encoders)\n\n%s\n"
                                      % (args.rows, args.out, len(rows) // 2, table))

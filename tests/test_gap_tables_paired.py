@@ -151,3 +151,18 @@ def test_a_capped_q_star_and_a_capped_q_m_are_marked_apart_with_their_counts(tmp
     assert hatches[1] == hatches[2] == {"A-VI k=8": "", "A-VI k=32": "\\\\", "F-VI": ""}
     words = all_text(fig)
     assert "some q* stopped at its step cap" in words and "some q*_m stopped at its step cap" in words
+
+
+def test_per_image_gaps_below_zero_are_counted_per_row_with_the_lowest(tmp_path, monkeypatch):
+    """Item 4: the table's note counts the per-image amortization and coupling gaps below zero, per row, with the
+    lowest value and the row's mean; a table with none says so."""
+    images = range(4)
+    write(tmp_path / "clean", "A-VI k=8", {0: (images, [3.0, 4.0, 5.0, 6.0])})
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "clean", "--out", tmp_path / "out-clean")
+    assert "No per-image amortization or coupling gap is below zero (8 values)." in (
+        tmp_path / "out-clean" / "gaps.md").read_text()
+    write(tmp_path / "noisy", "A-VI k=8", {0: (images, [3.0, -0.5, 5.0, -2.25]), 1: (images, [1.0, 2.0, 3.0, 4.0])})
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "noisy", "--out", tmp_path / "out-noisy")
+    text = (tmp_path / "out-noisy" / "gaps.md").read_text()
+    assert ("2 of 16 per-image amortization and coupling gaps are below zero" in text
+            and "amortization gap: A-VI k=8 train 2 of 8 (lowest -2.25; row mean 1.9)." in text), text

@@ -109,6 +109,35 @@ def cap_notes(groups):
     return lines
 
 
+# The gaps that are >= 0 in theory (amortized_pyro.local.gaps), whose per-image values can still read below zero
+SIGNED_GAPS = (("amortization_gap", "amortization gap"), ("coupling_gap", "coupling gap"))
+
+
+def below_zero_notes(groups):
+    """The note that counts the per-image amortization and coupling gaps below zero (each ≥ 0 in theory), over
+    the table and per row, with the lowest value beside the row's mean: every L is estimated on fresh θ and z
+    draws, so a gap near zero can read a little below it (scoring noise); an amortization gap far below zero
+    means q* is not the optimum on that image. Empty where none is below zero."""
+    parts, total, below = [], 0, 0
+    for name, words in SIGNED_GAPS:
+        rows = []
+        for (label, split), group in ordered(groups):
+            values = [v for r in group for v in (r.get("per_image") or {}).get(name) or ()]
+            total, low = total + len(values), [v for v in values if v < 0]
+            below += len(low)
+            if low:
+                mean = sum(values) / len(values)
+                rows.append("%s %s %d of %d (lowest %.2f; row mean %.1f)" % (label, split, len(low), len(values),
+                                                                           min(low), mean))
+        if rows:
+            parts.append("%s: %s" % (words, "; ".join(rows)))
+    if not below:
+        return ["\nNo per-image amortization or coupling gap is below zero (%d values)." % total] if total else []
+    return ["\n%d of %d per-image amortization and coupling gaps are below zero (each is ≥ 0 in theory; every L is "
+            "estimated on fresh θ and z draws, so a gap near zero can read a little below it, while an amortization "
+            "gap far below zero means q* is not the optimum there): %s." % (below, total, "; ".join(parts))]
+
+
 def spread(counts, several, one):
     """A ± convention that follows the data (``counts``: the seeds each point, a table row or a marker,
     pools): ``several`` where every point pools several, "one seed: ``one``" where each has one, both where

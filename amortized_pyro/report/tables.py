@@ -7,8 +7,8 @@ from amortized_pyro.autoguides.capacity import layers_of
 
 from amortized_pyro.gap.pooling import gap_over_seeds, over_seeds, refinement_over_seeds, seed_groups
 from amortized_pyro.inference.evaluation import MSE_KEYS
-from amortized_pyro.report.marks import (CAPS, cap_notes, capped_q_star, estimators, hit_cap, missing, ordered,
-                                         plus_minus, spread, theta_count)
+from amortized_pyro.report.marks import (CAPS, below_zero_notes, cap_notes, capped_q_star, estimators, hit_cap,
+                                         missing, ordered, plus_minus, spread, theta_count)
 from amortized_pyro.study.comparison import COMPARE_REFINE
 from amortized_pyro.study.results import PLATEAU_FRACTION
 
@@ -97,7 +97,7 @@ def format_reports(reports):
                      "L(q*_Gaussian)):\n\n| configuration | split | L(q*_Gaussian) | flow gain |\n|---|---|---|---|")
         lines += ["| %s | %s | %s | %s |" % (label, split, plus_minus(best), plus_minus(gain))
                   for label, split, best, gain in flows]
-    lines += cap_notes(groups)
+    lines += cap_notes(groups) + below_zero_notes(groups)
     text = spread([len(group) for group in groups.values()], "± is the standard error over seeds and images "
                   "together (a random-effects reading: images nested in seeds where each seed had its own images, "
                   "crossed where all had the same; amortized_pyro.gap.pooling)", "± is the standard error over the "
