@@ -5,7 +5,8 @@
 # --stop-window 100 --stop-gain 1; at most 20,000 epochs): the criterion of experiments/gap-vs-n.sh. Then their gaps
 # on the same 20 training (and, for A-VI, 20 test) images as the informative study's reports (the gap seed is the
 # run's seed), with compare's gap settings. One torch thread. Resumable: run the same command again.
-# Then: python experiments/gap_tables.py runs/converged --out figures/converged
+# Then the report: python experiments/study.py converged --report-only (the runs' small files mirrored under
+# figures/converged, the table drawn from them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

@@ -6,8 +6,8 @@
 # window before (at most 6,000 epochs): the same criterion for every N, not the same epochs or steps. Then the
 # gaps of every run on 20 training and 20 test images (compare --gap-images: M 4, S 32, K 1,000, AIS 200 steps).
 # One torch thread, one N after the other (N 1,000 first). Resumable: run the same command again.
-# Then: python experiments/gap_tables.py runs/gap-vs-n/n1000 runs/gap-vs-n/n2500 runs/gap-vs-n/n8000 --by-n \
-#         --out figures/gap-vs-n
+# Then the report: python experiments/study.py gap-vs-n --report-only (each N's small files mirrored under
+# figures/gap-vs-n/nN, the table drawn from them)
 # Use: experiments/gap-vs-n.sh MNIST_IDX_FOLDER
 set -euo pipefail
 cd "$(dirname "$0")/.."

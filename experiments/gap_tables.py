@@ -1,6 +1,6 @@
 """The gaps of several comparison folders in one table and one figure, with how far each run trained.
 
-    python experiments/gap_tables.py runs/gap-vs-n/n1000 runs/gap-vs-n/n2500 runs/gap-vs-n/n8000 --by-n \
+    python experiments/gap_tables.py figures/gap-vs-n/n1000 figures/gap-vs-n/n2500 figures/gap-vs-n/n8000 --by-n \
         --out figures/gap-vs-n
     python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled runs/sa-vi-20 --out figures/sa-vi
 

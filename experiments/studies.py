@@ -29,12 +29,6 @@ ORIGINAL_RUNS = tuple("end-original-%s" % run for run in (  # experiments/studie
     "elbo-per-datapoint", "elbo-shared"))
 
 
-def comparison_copies(folder, dest):
-    """A comparison folder's table, results and gap reports copied into ``dest`` (its runs stay ignored)."""
-    return [Copy(("%s/summary.md" % folder, "%s/results.jsonl" % folder), dest),
-            Copy(("%s/runs/*/*/gap-*.json" % folder,), "%s/reports" % dest, by_run=True)]
-
-
 def compare_study(name, what, figures=None, **kwargs):
     """A study whose script is one compare writing into figures/NAME: its report redraws the figures."""
     figures = figures or "figures/%s" % name
@@ -42,13 +36,21 @@ def compare_study(name, what, figures=None, **kwargs):
                  script_reports=True, **kwargs)
 
 
-def mirrored_gap_tables(name, cells, title, against):
-    """The report of a study of cells under runs/NAME/CELL: each cell's small files mirrored under figures/NAME/CELL,
-    then their paired gap table (``gap_tables.py --against`` each of ``against``) into figures/NAME."""
-    return [Mirror("runs/%s/%s" % (name, cell), "figures/%s/%s" % (name, cell)) for cell in cells] + [
-        Command(("python", "experiments/gap_tables.py") + tuple("figures/%s/%s" % (name, cell) for cell in cells)
-                + ("--out", "figures/%s" % name, "--title", title)
-                + tuple(x for label in against for x in ("--against", label)))]
+def mirrored_gap_tables(pairs, out, *options):
+    """A report drawn from committed files: each (comparison folder under runs/, folder under figures/) of ``pairs``
+    mirrored (its small files, same layout), then the gap table of the mirrors into ``out`` with gap_tables.py's
+    ``options``."""
+    return [Mirror(source, dest) for source, dest in pairs] + [
+        Command(("python", "experiments/gap_tables.py") + tuple(dest for _, dest in pairs) + ("--out", out) + options)]
+
+
+def cells_of(name, cells, figures="figures"):
+    """The (runs/NAME/CELL, figures/NAME/CELL) pairs of a study of cells."""
+    return [("runs/%s/%s" % (name, cell), "%s/%s/%s" % (figures, name, cell)) for cell in cells]
+
+
+def against(*labels):
+    return tuple(x for label in labels for x in ("--against", label))
 
 
 STUDIES = {study.name: study for study in (
@@ -56,13 +58,11 @@ STUDIES = {study.name: study for study in (
     compare_study("offline-long", "offline's A-VI k = 64, F-VI and constant-VI for 1,500 epochs"),
     Study("informative", "the informative preset's grid on the shipped sample, with gaps", "figures/informative",
           "runs/informative",
-          lambda ctx: [Copy(("runs/informative/results.jsonl", "runs/informative/summary.md",
-                             "runs/informative/fig*.png"), "figures/informative"),
-                       Command(("python", "experiments/gap_tables.py", "runs/informative", "--out",
-                                "figures/informative/gaps", "--title", "Informative preset")),
-                       Copy((INFORMATIVE + "/*/gap-*.json",), "figures/informative/gaps/reports", by_run=True),
-                       Command(("python", "experiments/theta_scales.py", Glob(INFORMATIVE + "/*")),
-                               stdout="figures/informative/theta_scales.md")],
+          lambda ctx: [Copy(("runs/informative/fig*.png",), "figures/informative")]
+          + mirrored_gap_tables([("runs/informative", "figures/informative")], "figures/informative/gaps",
+                                "--title", "Informative preset")
+          + [Command(("python", "experiments/theta_scales.py", Glob(INFORMATIVE + "/*")),
+                     stdout="figures/informative/theta_scales.md")],
           ("runs/informative/results.jsonl", INFORMATIVE + "/*/gap-*.json", INFORMATIVE + "/*/params.pt"),
           script_reports=True),
     Study("informative-ablation", "the informative preset with settings put back to the studies' values",
@@ -76,11 +76,8 @@ STUDIES = {study.name: study for study in (
           ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
     Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",
           "figures/gap-vs-n", "runs/gap-vs-n",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py")
-                               + tuple("runs/gap-vs-n/n%d" % n for n in GAP_VS_N_SIZES)
-                               + ("--by-n", "--out", "figures/gap-vs-n"))]
-          + [step for n in GAP_VS_N_SIZES for step in comparison_copies("runs/gap-vs-n/n%d" % n,
-                                                                        "figures/gap-vs-n/n%d" % n)],
+          lambda ctx: mirrored_gap_tables(cells_of("gap-vs-n", ("n%d" % n for n in GAP_VS_N_SIZES)),
+                                          "figures/gap-vs-n", "--by-n"),
           ("runs/gap-vs-n/n*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("capacity", "fresh encoders of 3 widths and 1–3 hidden layers on a frozen q(θ) (Cremer et al.)",
           "figures/capacity", "runs/capacity",
@@ -96,27 +93,28 @@ STUDIES = {study.name: study for study in (
           needs=(Need("informative", runs_of("A-VI_k_64"), "the finished A-VI k = 64 runs, seeds 0, 1, 2"),)),
     Study("converged", "the informative F-VI and A-VI k = 64 runs trained on to convergence, with gaps",
           "figures/converged", "runs/converged",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/converged", "--out",
-                                "figures/converged")),
-                       Copy(("runs/converged/runs/*/*/gap-*.json",), "figures/converged/reports", by_run=True)],
+          lambda ctx: mirrored_gap_tables([("runs/converged", "figures/converged")], "figures/converged"),
           ("runs/converged/runs/*/*/gap-*.json",),
           needs=(Need("informative", runs_of("F-VI", "A-VI_k_64"),
                       "the finished F-VI and A-VI k = 64 runs, seeds 0, 1, 2"),)),
     Study("architectures", "the gap across decoders: {MLP, conv} × {Bayesian, standard VAE}, A-VI k = 64 and F-VI",
           "figures/architectures", "runs/architectures",
-          lambda ctx: mirrored_gap_tables("architectures", ARCHITECTURE_CELLS, "Decoders",
-                                          ("A-VI k=64", "A-VI k=64, conv decoder, point θ")),
+          lambda ctx: mirrored_gap_tables(cells_of("architectures", ARCHITECTURE_CELLS), "figures/architectures",
+                                          "--title", "Decoders",
+                                          *against("A-VI k=64", "A-VI k=64, conv decoder, point θ")),
           ("runs/architectures/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("remedies", "the chapter's remedies: SA-VI, iterative amortized inference, flows, beside A-VI and F-VI",
           "figures/remedies", "runs/remedies",
-          lambda ctx: mirrored_gap_tables("remedies", REMEDY_CELLS, "Remedies", ("A-VI k=64",))
+          lambda ctx: mirrored_gap_tables(cells_of("remedies", REMEDY_CELLS), "figures/remedies", "--title", "Remedies",
+                                          *against("A-VI k=64"))
           + [Command(("python", "experiments/inference_costs.py")
                      + tuple("runs/remedies/%s" % cell for cell in REMEDY_CELLS),
                      stdout="figures/remedies/inference.md")],
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cvae-gap", "the CVAE's gap against the VAE's, A-VI k = 64 and F-VI, paired per (seed, image)",
           "figures/cvae-gap", "runs/cvae-gap",
-          lambda ctx: mirrored_gap_tables("cvae-gap", CVAE_GAP_DESIGNS, "CVAE against VAE", ("A-VI k=64", "F-VI")),
+          lambda ctx: mirrored_gap_tables(cells_of("cvae-gap", CVAE_GAP_DESIGNS), "figures/cvae-gap", "--title",
+                                          "CVAE against VAE", *against("A-VI k=64", "F-VI")),
           ("runs/cvae-gap/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cap-check", "three gap reports measured again with q* capped at 20,000 steps, paired per image",
           "figures/cap-check", "runs/cap-check",

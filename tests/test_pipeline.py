@@ -204,8 +204,8 @@ def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
         "+ bash experiments/sa-vi.sh",
         "+ python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled runs/sa-vi-20 --out figures/sa-vi",
         "+ bash experiments/gap-vs-n.sh mnist",
-        "+ python experiments/gap_tables.py runs/gap-vs-n/n1000 runs/gap-vs-n/n2500 runs/gap-vs-n/n8000 --by-n "
-        "--out figures/gap-vs-n",
+        "+ python experiments/gap_tables.py figures/gap-vs-n/n1000 figures/gap-vs-n/n2500 figures/gap-vs-n/n8000 "
+        "--out figures/gap-vs-n --by-n",
         "+ bash experiments/informative.sh",
         "  python experiments/theta_scales.py runs/informative/runs/mnist-sample/* > figures/informative/theta_scales.md",
         "+ bash experiments/archive/cap-check.sh",
