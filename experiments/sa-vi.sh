@@ -4,8 +4,8 @@
 # (gradients through the steps, Kim et al.); SA-VI with 20 steps (seed 0 first, then seeds 1, 2: about half
 # an hour on one core). Every run's gaps on its first 20 training and 20 test images (compare --gap-images),
 # SA-VI's with its own refined factor. One torch thread, one comparison after another, in runs/sa-vi-*.
-# Resumable: run the same command again. Report: python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled \
-#   runs/sa-vi-20 --out figures/sa-vi (both through the driver: python experiments/study.py sa-vi)
+# Resumable: run the same command again. Report: python experiments/study.py sa-vi --report-only (each folder's
+#   small files mirrored under figures/sa-vi/, the table drawn from them; both: python experiments/study.py sa-vi)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

@@ -16,6 +16,7 @@ GAP_VS_N_SIZES = (1000, 2500, 8000)  # experiments/gap-vs-n.sh's N
 ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # experiments/architectures.sh's
 REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "sa-vi-5", "sa-vi-5-momentum",
                 "sa-vi-20")  # experiments/remedies.sh's
+SA_VI_CELLS = ("sa-vi-5", "sa-vi-5-unrolled", "sa-vi-20")  # experiments/sa-vi.sh's comparison folders, runs/CELL
 CVAE_GAP_DESIGNS = ("vae", "cvae")  # experiments/cvae-gap.sh's: the VAE and the CVAE (p(z | c) = N(0, I))
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
@@ -71,8 +72,8 @@ STUDIES = {study.name: study for study in (
           ("figures/informative-ablation/*/results.jsonl",), script_reports=True, script_folder=ARCHIVE),
     Study("sa-vi", "A-VI against SA-VI (5 steps straight-through and unrolled, 20 steps), with gaps",
           "figures/sa-vi", "runs/sa-vi-*",
-          lambda ctx: [Command(("python", "experiments/gap_tables.py", "runs/sa-vi-5", "runs/sa-vi-5-unrolled",
-                                "runs/sa-vi-20", "--out", "figures/sa-vi"))],
+          lambda ctx: mirrored_gap_tables([("runs/%s" % cell, "figures/sa-vi/%s" % cell) for cell in SA_VI_CELLS],
+                                          "figures/sa-vi"),
           ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
     Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",
           "figures/gap-vs-n", "runs/gap-vs-n",

@@ -202,7 +202,8 @@ def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
     assert status == 0, err
     expected = [  # in this order; the informative and cap-check scripts write their reports themselves
         "+ bash experiments/sa-vi.sh",
-        "+ python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled runs/sa-vi-20 --out figures/sa-vi",
+        "+ python experiments/gap_tables.py figures/sa-vi/sa-vi-5 figures/sa-vi/sa-vi-5-unrolled figures/sa-vi/sa-vi-20 "
+        "--out figures/sa-vi",
         "+ bash experiments/gap-vs-n.sh mnist",
         "+ python experiments/gap_tables.py figures/gap-vs-n/n1000 figures/gap-vs-n/n2500 figures/gap-vs-n/n8000 "
         "--out figures/gap-vs-n --by-n",
