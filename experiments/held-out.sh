@@ -7,8 +7,8 @@
 # its run's own encoder's training objective on the same images (or 2,000 epochs). Gaps on 20 training images, 20
 # training images the subset encoders never saw, and 20 held-out images, against one q* per image and run
 # (compare's gap settings: M 4, S 32, K 1,000, AIS 200 steps, q* capped at 1,500 steps), and after 5 and 20
-# refinement steps. One torch thread. Resumable: run the same command again. Then the table and figures are
-# copied into figures/held-out.
+# refinement steps. One torch thread. Resumable: run the same command again. Then the rows are copied into
+# figures/held-out and the table and figures drawn from them there (experiments/held_out_report.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -18,4 +18,5 @@ python -m amortized_pyro held-out "$runs/A-VI_k_64-seed0" "$runs/A-VI_k_64-seed1
   --n-images 20 --theta-draws 4 --importance-samples 1000 --max-steps 1500 --ais-steps 200 --no-progress \
   --out runs/held-out "$@" >> runs/held-out.log 2>&1
 mkdir -p figures/held-out
-cp runs/held-out/held_out.jsonl runs/held-out/references.jsonl runs/held-out/held_out.md runs/held-out/*.png figures/held-out/
+cp runs/held-out/held_out.jsonl runs/held-out/references.jsonl figures/held-out/
+python experiments/held_out_report.py figures/held-out --out figures/held-out

@@ -372,13 +372,18 @@ def test_the_driver_writes_cap_checks_pairs_into_figures(root, capsys):
     assert sum("second − first" in line for line in out) == 9  # also shown
 
 
-def test_the_driver_copies_the_held_out_study_into_figures(root, capsys):
-    touch(root, *("runs/held-out/%s" % f for f in ("held_out.jsonl", "references.jsonl", "held_out.md", "gaps.png")))
-    touch(root, "runs/held-out/work-in-progress.json")
+def test_the_driver_copies_the_held_out_rows_into_figures_and_draws_from_them(root, capsys):
+    for name in ("held_out.jsonl", "references.jsonl"):  # the committed study's rows
+        touch(root, "runs/held-out/" + name, text=(ROOT / "figures" / "held-out" / name).read_text())
+    touch(root, "runs/held-out/held_out.md", "runs/held-out/work-in-progress.json")
     status, _, err = drive(capsys, "held-out", "--report-only", "--root", root)
     assert status == 0, err
-    assert sorted(p.name for p in (root / "figures" / "held-out").iterdir()) == [
-        "gaps.png", "held_out.jsonl", "held_out.md", "references.jsonl"]
+    figures = root / "figures" / "held-out"
+    assert sorted(p.name for p in figures.iterdir()) == [
+        "held_out.jsonl", "held_out.md", "held_out_gaps.png", "held_out_tradeoff.png", "references.jsonl"]
+    drawn = (figures / "held_out.md").read_text().split("\n", 1)
+    assert drawn[0] == "Command: python experiments/held_out_report.py figures/held-out --out figures/held-out"
+    assert drawn[1] == (ROOT / "figures" / "held-out" / "held_out.md").read_text().split("\n", 1)[1]
 
 
 def test_a_mirror_keeps_a_comparisons_small_files_in_their_layout_and_skips_a_cell_not_begun(tmp_path, capsys):
