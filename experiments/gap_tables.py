@@ -32,7 +32,8 @@ from pathlib import Path
 
 from matplotlib.patches import Patch
 
-from amortized_pyro.gap.pooling import gap_over_seeds, paired_over_seeds, seed_groups, unpaired_because
+from amortized_pyro.gap.pooling import (gap_over_seeds, paired_over_seeds, report_images, seed_groups,
+                                        unpaired_because)
 from amortized_pyro.models.guides import display_order
 from amortized_pyro.report.marks import capped_q_m, capped_q_star, ordered, plus_minus
 from amortized_pyro.report.style import save_figure, subplots
@@ -230,13 +231,27 @@ def difference(group, base, name, why):
     return {"mean": mine["mean"] - theirs["mean"], "stderr": math.hypot(mine["stderr"], theirs["stderr"])}
 
 
+def per_seed(group, base, name):
+    """The paired differences of ``name`` seed by seed (each seed's mean over its images of ``group`` minus
+    ``base`` on the same images), as "+a, −b, +c" in the order of the seeds; n/a where either lacks it."""
+    theirs = {r["seed"]: r for r in base}
+    means = []
+    for r in sorted(group, key=lambda r: r["seed"]):
+        mine, other = r["per_image"].get(name), theirs[r["seed"]]["per_image"].get(name)
+        if mine is None or other is None:
+            return "n/a"
+        by_image = dict(zip(report_images(theirs[r["seed"]]), other))
+        means.append(sum(x - by_image[i] for i, x in zip(report_images(r), mine)) / len(mine))
+    return ", ".join("%+.1f" % m for m in means)
+
+
 def in_errors(value):
-    """A difference in nats and, in brackets, in its standard errors; n/a where missing."""
+    """A difference in nats ± its standard error and, in brackets, in standard errors; n/a where missing."""
     if value is None or math.isnan(value["mean"]):
         return "n/a"
     if not value["stderr"] > 0:  # one value, or identical differences: no ratio
         return "%+.1f (s.e. %s)" % (value["mean"], "n/a" if math.isnan(value["stderr"]) else "0")
-    return "%+.1f (%+.1f s.e.)" % (value["mean"], value["mean"] / value["stderr"])
+    return "%+.1f ± %.1f (%+.1f s.e.)" % (value["mean"], value["stderr"], value["mean"] / value["stderr"])
 
 
 def against_table(reports, base):
@@ -259,12 +274,15 @@ def against_table(reports, base):
                        "error over %s, by the pooling rule (amortized_pyro.gap.pooling.paired_over_seeds):" % over)
         else:
             heading = "Unpaired (%s), the two standard errors taken as independent:" % why
-        tables.setdefault(heading, []).append("| %s | %s | %s |" % (label, split, " | ".join(map(in_errors, values))))
-    lines = ["Each configuration's gaps minus %s's (nats per image; in brackets, the difference over its standard "
-             "error), paired where both were measured on the same images of the same training seeds:" % base]
+        seeds = " | %s" % per_seed(group, groups[(base, split)], GAPS[0]) if why is None else ""
+        tables.setdefault(heading, []).append("| %s | %s | %s%s |" % (label, split, " | ".join(map(in_errors, values)),
+                                                                       seeds))
+    lines = ["Each configuration's gaps minus %s's (nats per image ± the standard error; in brackets, the difference "
+             "over its standard error), paired where both were measured on the same images of the same training seeds:" % base]
     for heading, rows in tables.items():
-        lines += ["", heading, "", "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS) + " |",
-                  "|---" * 5 + "|"] + rows
+        paired = heading.startswith("Paired")
+        lines += ["", heading, "", "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS)
+                  + (" | amortization gap per training seed |" if paired else " |"), "|---" * (5 + paired) + "|"] + rows
     return "\n".join(lines)
 
 

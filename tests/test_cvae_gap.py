@@ -149,7 +149,7 @@ def test_the_tables_cvae_minus_vae_is_the_mean_of_the_per_image_differences(pipe
                     continue
                 mean = statistics.fmean(d for seed in differences for d in seed)
                 stderr = nested_stderr(differences)
-                assert cell == "%+.1f (%+.1f s.e.)" % (mean, mean / stderr), (vae_label, split, name, cell)
+                assert cell == "%+.1f ± %.1f (%+.1f s.e.)" % (mean, stderr, mean / stderr), (vae_label, split, name, cell)
                 paired = gap_tables.difference(reports["cvae"], reports["vae"], name, None)  # the table's own
                 assert paired["mean"] == pytest.approx(mean, rel=1e-9, abs=1e-9)
                 assert paired["stderr"] == pytest.approx(stderr, rel=1e-6)  # pooled's seed means: float32

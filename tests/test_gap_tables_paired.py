@@ -57,7 +57,7 @@ def against(text):
 
 
 def ratio(cell):
-    """The difference over its standard error, as a cell "+3.0 (+12.4 s.e.)" reads."""
+    """The difference over its standard error, as a cell "+3.0 ± 0.2 (+12.4 s.e.)" reads."""
     return float(cell.split("(")[1].split(" s.e.")[0])
 
 
@@ -75,8 +75,9 @@ def test_a_paired_design_reads_the_difference_the_unpaired_error_hides(tmp_path,
     heading, cells = against((tmp_path / "out" / "gaps.md").read_text())["A-VI k=32"]
     assert heading.startswith("Paired by (training seed, image)") and "nested: each seed its own images" in heading
     difference = statistics.fmean(statistics.fmean(shift[s]) for s in SEEDS)
-    assert cells[0].startswith("%+.1f (" % difference) and ratio(cells[0]) > 3
-    assert cells[1:] == ["+0.0 (s.e. 0)", "+0.0 (s.e. 0)"]  # the same values image by image: no spread at all
+    assert cells[0].startswith("%+.1f ± " % difference) and ratio(cells[0]) > 3
+    assert cells[1:3] == ["+0.0 (s.e. 0)", "+0.0 (s.e. 0)"]  # the same values image by image: no spread at all
+    assert cells[3] == ", ".join("%+.1f" % statistics.fmean(shift[s]) for s in SEEDS)  # seed by seed, paired
     # the same difference read unpaired: under 2 standard errors
     reports = {label: [measured(label, "train", s, *side[s]) for s in SEEDS]
                for label, side in (("base", base), ("mine", mine))}
@@ -105,7 +106,8 @@ def test_where_the_images_differ_it_falls_back_to_unpaired_and_says_why(tmp_path
     pooled = [gap_over_seeds([measured(label, "train", s, *side[s]) for s in side], "amortization_gap")
               for label, side in (("mine", other), ("base", base))]
     difference = pooled[0]["mean"] - pooled[1]["mean"]
-    assert cells[0] == "%+.1f (%+.1f s.e.)" % (difference, difference / math.hypot(*(p["stderr"] for p in pooled)))
+    stderr = math.hypot(*(p["stderr"] for p in pooled))
+    assert cells[0] == "%+.1f ± %.1f (%+.1f s.e.)" % (difference, stderr, difference / stderr)
 
 
 def capped_study(folder):
@@ -166,3 +168,19 @@ def test_per_image_gaps_below_zero_are_counted_per_row_with_the_lowest(tmp_path,
     text = (tmp_path / "out-noisy" / "gaps.md").read_text()
     assert ("2 of 16 per-image amortization and coupling gaps are below zero" in text
             and "amortization gap: A-VI k=8 train 2 of 8 (lowest -2.25; row mean 1.9)." in text), text
+
+
+def test_the_table_gives_ais_minus_iwae_from_the_reports_not_from_rounded_columns(tmp_path, monkeypatch):
+    """Item 5's AIS − IWAE: its own last column, pooled from the reports' per-image IWAE − AIS, sign turned."""
+    values = {s: [-3.0 - 0.013 * i - 0.3 * s for i in range(IMAGES)] for s in SEEDS}
+    for s in SEEDS:
+        report = measured("A-VI k=8", "train", s, range(IMAGES), [5.0] * IMAGES)
+        report["per_image"]["iwae_minus_ais"] = values[s]
+        report["iwae_minus_ais"] = summary(values[s])
+        write_run(tmp_path / "study", "A-VI_k_8-seed%d" % s, [report], seed=s, n_obs=100)
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
+    text = (tmp_path / "out" / "gaps.md").read_text()
+    header, _, row = text.split("\n\n")[1].splitlines()[:3]
+    assert header.split(" | ")[-1] == "AIS − IWAE |"
+    expected = statistics.fmean(-v for s in SEEDS for v in values[s])
+    assert row.split(" | ")[-1].startswith("%.2f ± " % expected), row

@@ -47,19 +47,16 @@ NOT_YET_REGENERATED = {
 _Z = "where-z-carries-information-and-where-it-does-not"
 _INFORMATIVE = "the-gap-where-z-carries-information-informative-preset-3-seeds-5000-steps"
 _GAP_VS_N = "does-the-held-out-gap-shrink-as-n-grows-one-pool-one-convergence-criterion-3-seeds"
-_CVAE = "the-cvaes-gap-against-the-vaes-informative-preset-a-vi-k--64-and-f-vi-3-seeds-5024-steps"
 _AIS = "AIS − IWAE: gaps.md's two log p(x) columns subtracted by hand"
-_PAIRED = "CVAE − VAE per seed, or its s.e.: paired_over_seeds on the committed reports, printed by no command"
 UNSOURCED = {  # (section anchor, |number|): why it is in no committed file
     (_Z, 50000): "the original preset's length (6,250 epochs of 8 steps), a setting",
     (_Z, 0.001): "q(θ)'s initial scale, a setting of experiments/informative.toml",
     (_Z, 3): "the learning rates 3e-3 and 1e-3, settings",
     (_Z, 2): "e⁻² in the cell name init-e-2, a setting",
-    **{(_INFORMATIVE, v): _AIS for v in (4.8, 6.4, 6.5, 7.2, 7.6, 16.7)},
+    **{(_INFORMATIVE, v): _AIS for v in (4.8, 7.2, 7.6, 16.7)},
     **{(_GAP_VS_N, v): _AIS for v in (3.7, 11.3, 17.3, 17.6)},
     **{("a-vi-against-f-vi-at-convergence-3-seeds", v): "train plug-in MSE of runs/converged's summary.md, "
        "not committed" for v in (0.0055, 0.0071)},
-    **{(_CVAE, v): _PAIRED for v in (3.5, 8.5, 9.6, 11.3, 33.3, 65.9, 69.4, 79.8)},
 }
 
 

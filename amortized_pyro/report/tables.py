@@ -73,8 +73,8 @@ def format_reports(reports):
     stopped at its step cap, ‡ on the coupling and approximation gaps where some q*_m did (:func:`cap_notes`)."""
     lines = ["| configuration | split | seeds | images | L(guide) | L(q*) | log p(x) IWAE | log p(x) AIS "
              "| amortization gap | its median / 90th percentile | coupling gap | approximation gap "
-             "| gap left after %s refinement steps | plug-in MSE with q* |" % " / ".join(map(str, REFINE_COLUMNS)),
-             "|---" * 14 + "|"]
+             "| gap left after %s refinement steps | plug-in MSE with q* | AIS − IWAE |"
+             % " / ".join(map(str, REFINE_COLUMNS)), "|---" * 15 + "|"]
     groups = seed_groups(reports)
     for (label, split), group in ordered(groups):
         q_star, q_m = (" " + mark if any(capped(r) for r in group) else "" for mark, capped, *_ in CAPS)
@@ -83,12 +83,13 @@ def format_reports(reports):
         amortization = row["amortization_gap"]
         tail = "%.1f / %.1f" % (amortization["median"], amortization["q90"]) if amortization and "median" in amortization \
             else "n/a"
-        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s%s | %s | %s%s | %s%s | %s | %.4f |" % (
+        ais_over_iwae = row["iwae_minus_ais"] and dict(row["iwae_minus_ais"], mean=-row["iwae_minus_ais"]["mean"])
+        lines.append("| %s | %s | %d | %s | %s | %s | %s | %s | %s%s | %s | %s%s | %s%s | %s | %.4f | %s |" % (
             label, split, len(group), "/".join(sorted({str(r["n_images"]) for r in group})), plus_minus(row["elbo_guide"]),
             plus_minus(row["elbo_optimized"]), plus_minus(row["log_px"]), plus_minus(row["log_px_ais"]),
             plus_minus(amortization), q_star, tail, plus_minus(row["coupling_gap"]), q_m,
             plus_minus(row["approximation_gap"]), q_m, " / ".join(plus_minus(refined[k]) for k in REFINE_COLUMNS),
-            sum(r["optimized_plugin_mse"] for r in group) / len(group)))
+            sum(r["optimized_plugin_mse"] for r in group) / len(group), plus_minus(ais_over_iwae, "%.2f")))
     flows = [(label, split, gap_over_seeds(group, "elbo_optimized_gaussian"), gap_over_seeds(group, "flow_gain"))
              for (label, split), group in ordered(groups) if any(r.get("q_family") == "flow" for r in group)]
     if flows:
