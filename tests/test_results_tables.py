@@ -19,9 +19,6 @@ COMMENT = re.compile(r"<!-- numbers from: ([^>]*?) -->\n\Z")
 
 _PLOT = "`python -m amortized_pyro plot` redraws it from the committed results.jsonl"
 NOT_YET_REGENERATED = {
-    **{"figures/%s/summary.md" % s: _PLOT + " byte for byte, but it has no Command: line to check it by"
-       for s in ("offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
-                 "original-long-study-cpu", "informative")},
     **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
        for s in ("informative-ablation/preset", "informative-ablation/obs1", "informative-ablation/init-e-2",
                  "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3", "gap-vs-n/n1000",

@@ -14,13 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/quickstart/gaps.md",
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/constant-VI-remeasured/gaps.md", "figures/cvae-gap/gaps.md",
-          "figures/held-out/held_out.md"]
+          "figures/held-out/held_out.md"] + ["figures/%s/summary.md" % study for study in (
+              "offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
+              "original-long-study-cpu", "informative")]
 
 
 def command_of(text):
-    """The ``Command: python experiments/...`` line of a table (first line, or the last, in backquotes)."""
+    """The ``Command: python experiments/...`` (or ``python -m amortized_pyro plot``) line of a table (first line,
+    or the last, in backquotes)."""
     for line in text.splitlines():
-        found = re.match(r"Command: `?(python experiments/\S+\.py .*?)`?( \(\d+ \w+\))?$", line.strip())
+        found = re.match(r"Command: `?(python (?:experiments/\S+\.py|-m amortized_pyro plot) .*?)`?( \(\d+ \w+\))?$",
+                         line.strip())
         if found:
             return found.group(1)
     raise AssertionError("no Command: line")
