@@ -175,11 +175,11 @@ def test_against_gives_each_configurations_gaps_minus_the_named_ones_in_standard
     first, second = text.split("Each configuration's gaps minus")[1:]
     rows = [line for line in first.splitlines() if line.startswith("| SA-VI") or line.startswith("| F-VI")]
     # amortization 1 − 3 = −2 over √(0.5² + 0.5²); coupling and approximation gaps equal: 0
-    assert rows == ["| SA-VI k=8 r=5 | train | -2.0 (-2.8 s.e.) | +0.0 (+0.0 s.e.) | +0.0 (+0.0 s.e.) |",
-                    "| F-VI | test | n/a | +0.0 (+0.0 s.e.) | +0.0 (+0.0 s.e.) |"]
+    assert rows == ["| SA-VI k=8 r=5 | train | -2.0 ± 0.7 (-2.8 s.e.) | +0.0 ± 0.7 (+0.0 s.e.) | +0.0 ± 0.7 (+0.0 s.e.) |",
+                    "| F-VI | test | n/a | +0.0 ± 0.7 (+0.0 s.e.) | +0.0 ± 0.7 (+0.0 s.e.) |"]
     # against SA-VI, which has no test row: A-VI's training row alone, the other sign
     assert [line for line in second.splitlines() if line.startswith("| A-VI") or line.startswith("| F-VI")] == [
-        "| A-VI k=8 | train | +2.0 (+2.8 s.e.) | +0.0 (+0.0 s.e.) | +0.0 (+0.0 s.e.) |"]
+        "| A-VI k=8 | train | +2.0 ± 0.7 (+2.8 s.e.) | +0.0 ± 0.7 (+0.0 s.e.) | +0.0 ± 0.7 (+0.0 s.e.) |"]
     with pytest.raises(SystemExit, match="--against A-VI k=64: no such configuration .*A-VI k=8, SA-VI k=8 r=5"):
         run_script(monkeypatch, "gap_tables.py", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "out2",
                    "--against", "A-VI k=64")
