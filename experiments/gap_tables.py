@@ -2,7 +2,8 @@
 
     python experiments/gap_tables.py figures/gap-vs-n/n1000 figures/gap-vs-n/n2500 figures/gap-vs-n/n8000 --by-n \
         --out figures/gap-vs-n
-    python experiments/gap_tables.py runs/sa-vi-5 runs/sa-vi-5-unrolled runs/sa-vi-20 --out figures/sa-vi
+    python experiments/gap_tables.py figures/sa-vi/sa-vi-5 figures/sa-vi/sa-vi-5-unrolled figures/sa-vi/sa-vi-20 \
+        --out figures/sa-vi
 
 Reads the gap reports that ``compare --gap-images`` left in each run directory (FOLDER/runs/DATASET/RUN/
 gap-{train,test}.json) and the runs' metrics, and writes into --out:
@@ -17,9 +18,10 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
               where some optimization stopped at its step cap, by what it touches: the amortization gap "//"
               where some q* did (gaps.md's †), the coupling and approximation gaps "\\\\" where some q*_m did
               (gaps.md's ‡); the approximation gap against IWAE's log p(x)
-With --against LABEL (repeatable) gaps.md ends with every other configuration's gaps minus that one's, in nats and
-in standard errors: paired where both were measured on the same images of the same training seeds and data (the
-per-image differences pooled as a gap is), unpaired where not, each row under a heading that says which and why.
+With --against LABEL (repeatable) gaps.md ends with every other configuration's gaps minus that one's, in nats ±
+the standard error and in standard errors: paired where both were measured on the same images of the same training
+seeds and data (the per-image differences pooled as a gap is; each seed's own difference beside them), unpaired
+where not, each row under a heading that says which and why (amortized_pyro.report.paired).
 With --by-n each configuration's label names its N (training images), and the figure's title what else differs
 between the N, as the runs recorded it (trained epochs, data source, settings).
 """
@@ -32,16 +34,16 @@ from pathlib import Path
 
 from matplotlib.patches import Patch
 
-from amortized_pyro.gap.pooling import (gap_over_seeds, paired_over_seeds, report_images, seed_groups,
-                                        unpaired_because)
+from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.gap.pooling import gap_over_seeds, seed_groups
 from amortized_pyro.models.guides import display_order
-from amortized_pyro.report.marks import capped_q_m, capped_q_star, ordered, plus_minus
+from amortized_pyro.report.marks import capped_q_m, capped_q_star, plus_minus
+from amortized_pyro.report.paired import GAPS, against_table
 from amortized_pyro.report.style import save_figure, subplots
 from amortized_pyro.report.tables import format_reports
 from amortized_pyro.support.stats import mean_stderr
 from amortized_pyro.runs.store import load_history, read_info
 
-GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
 
 
 def data_id(data):
@@ -218,74 +220,6 @@ def figure(reports, path, title, note=None):
     return save_figure(fig, path)
 
 
-def difference(group, base, name, why):
-    """{"mean", "stderr"} of ``group``'s quantity ``name`` minus ``base``'s, or None where either lacks it:
-    paired where ``why`` (:func:`~amortized_pyro.gap.pooling.unpaired_because`) is None, by
-    :func:`~amortized_pyro.gap.pooling.paired_over_seeds`; else the difference of the pooled means with
-    s.e. = √(s.e.₁² + s.e.₂²), the two taken as independent."""
-    if why is None:
-        return paired_over_seeds(group, base, name)
-    mine, theirs = gap_over_seeds(group, name), gap_over_seeds(base, name)
-    if mine is None or theirs is None:
-        return None
-    return {"mean": mine["mean"] - theirs["mean"], "stderr": math.hypot(mine["stderr"], theirs["stderr"])}
-
-
-def per_seed(group, base, name):
-    """The paired differences of ``name`` seed by seed (each seed's mean over its images of ``group`` minus
-    ``base`` on the same images), as "+a, −b, +c" in the order of the seeds; n/a where either lacks it."""
-    theirs = {r["seed"]: r for r in base}
-    means = []
-    for r in sorted(group, key=lambda r: r["seed"]):
-        mine, other = r["per_image"].get(name), theirs[r["seed"]]["per_image"].get(name)
-        if mine is None or other is None:
-            return "n/a"
-        by_image = dict(zip(report_images(theirs[r["seed"]]), other))
-        means.append(sum(x - by_image[i] for i, x in zip(report_images(r), mine)) / len(mine))
-    return ", ".join("%+.1f" % m for m in means)
-
-
-def in_errors(value):
-    """A difference in nats ± its standard error and, in brackets, in standard errors; n/a where missing."""
-    if value is None or math.isnan(value["mean"]):
-        return "n/a"
-    if not value["stderr"] > 0:  # one value, or identical differences: no ratio
-        return "%+.1f (s.e. %s)" % (value["mean"], "n/a" if math.isnan(value["stderr"]) else "0")
-    return "%+.1f ± %.1f (%+.1f s.e.)" % (value["mean"], value["stderr"], value["mean"] / value["stderr"])
-
-
-def against_table(reports, base):
-    """Every other configuration's three gaps minus ``base``'s, split by split, in nats and in standard errors
-    (:func:`difference`): paired by (training seed, image) where the two were measured on the same images of the
-    same seeds and data, unpaired where not; the rows under a heading per way, which says it (and why unpaired)."""
-    groups = seed_groups(reports)
-    if not any(label == base for label, _ in groups):
-        raise SystemExit("--against %s: no such configuration (there are: %s)" % (
-            base, ", ".join(sorted({label for label, _ in groups}, key=display_order))))
-    tables = {}  # {heading: rows}, in the order of their first row
-    for (label, split), group in ordered(groups):
-        if label == base or (base, split) not in groups:
-            continue
-        why = unpaired_because(group, groups[(base, split)], GAPS)
-        values = [difference(group, groups[(base, split)], name, why) for name in GAPS]
-        if why is None:
-            over = next((v["over"] for v in values if v), "nothing (no gap on both sides)")
-            heading = ("Paired by (training seed, image): the mean of the per-image differences and its standard "
-                       "error over %s, by the pooling rule (amortized_pyro.gap.pooling.paired_over_seeds):" % over)
-        else:
-            heading = "Unpaired (%s), the two standard errors taken as independent:" % why
-        seeds = " | %s" % per_seed(group, groups[(base, split)], GAPS[0]) if why is None else ""
-        tables.setdefault(heading, []).append("| %s | %s | %s%s |" % (label, split, " | ".join(map(in_errors, values)),
-                                                                       seeds))
-    lines = ["Each configuration's gaps minus %s's (nats per image ± the standard error; in brackets, the difference "
-             "over its standard error), paired where both were measured on the same images of the same training seeds:" % base]
-    for heading, rows in tables.items():
-        paired = heading.startswith("Paired")
-        lines += ["", heading, "", "| configuration | split | " + " | ".join(g.replace("_", " ") for g in GAPS)
-                  + (" | amortization gap per training seed |" if paired else " |"), "|---" * (5 + paired) + "|"] + rows
-    return "\n".join(lines)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+")
@@ -301,7 +235,10 @@ def main():
         raise SystemExit("no gap reports under %s" % ", ".join(args.folders))
     text = format_reports(reports) + "\n\n" + training_table(runs) + "\n"
     for base in args.against:  # a label not there stops here, before anything is written
-        text += "\n" + against_table(reports, base) + "\n"
+        try:
+            text += "\n" + against_table(reports, base) + "\n"
+        except AmortizedPyroError as e:
+            raise SystemExit(str(e)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     options = " --title %s" % shlex.quote(args.title) + "".join(" --against %s" % shlex.quote(base)

@@ -17,6 +17,10 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     folder, out = Path(args.folder), Path(args.out)
+    missing = [name for name in ("held_out.jsonl", "references.jsonl") if not (folder / name).is_file()]
+    if missing:
+        raise SystemExit("held_out_report.py: %s has no %s (the held-out command writes them)"
+                         % (folder, " or ".join(missing)))
     rows, references = read_jsonl(folder / "held_out.jsonl"), read_jsonl(folder / "references.jsonl")
     out.mkdir(parents=True, exist_ok=True)
     table = format_held_out(rows, references)

@@ -6,10 +6,10 @@
 # Runs and reports in runs/informative (resumable: the same command goes on). About 45 minutes of training and,
 # with the gap code of issue 28, 12.4 minutes of gap measurement on one core (2026-11-24, other work on the second
 # core; 2.5 hours before it). Then the report (python experiments/study.py informative --report-only): the study's
-# results, summary and figures copied into figures/informative, the gap table over the 3 seeds written to
-# figures/informative/gaps (experiments/gap_tables.py), every report copied under figures/informative/gaps/reports,
-# and q(θ)'s scales to figures/informative/theta_scales.md (experiments/theta_scales.py). The same through the
-# driver: python experiments/study.py informative
+# small files mirrored into figures/informative (results, each run's settings, metrics and gap reports), the gap
+# table over the 3 seeds drawn from them into figures/informative/gaps (experiments/gap_tables.py), the summary and
+# figures redrawn (plot), and q(θ)'s scales to figures/informative/theta_scales.md (experiments/theta_scales.py).
+# The same through the driver: python experiments/study.py informative
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

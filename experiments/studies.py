@@ -45,12 +45,13 @@ def mirrored_gap_tables(pairs, out, *options):
         Command(("python", "experiments/gap_tables.py") + tuple(dest for _, dest in pairs) + ("--out", out) + options)]
 
 
-def cells_of(name, cells, figures="figures"):
+def cells_of(name, cells):
     """The (runs/NAME/CELL, figures/NAME/CELL) pairs of a study of cells."""
-    return [("runs/%s/%s" % (name, cell), "%s/%s/%s" % (figures, name, cell)) for cell in cells]
+    return [("runs/%s/%s" % (name, cell), "figures/%s/%s" % (name, cell)) for cell in cells]
 
 
 def against(*labels):
+    """gap_tables.py's options for a difference table against each of ``labels``."""
     return tuple(x for label in labels for x in ("--against", label))
 
 
@@ -59,10 +60,10 @@ STUDIES = {study.name: study for study in (
     compare_study("offline-long", "offline's A-VI k = 64, F-VI and constant-VI for 1,500 epochs"),
     Study("informative", "the informative preset's grid on the shipped sample, with gaps", "figures/informative",
           "runs/informative",
-          lambda ctx: [Copy(("runs/informative/fig*.png",), "figures/informative")]
-          + mirrored_gap_tables([("runs/informative", "figures/informative")], "figures/informative/gaps",
-                                "--title", "Informative preset")
-          + [Command(("python", "experiments/theta_scales.py", Glob(INFORMATIVE + "/*")),
+          lambda ctx: mirrored_gap_tables([("runs/informative", "figures/informative")], "figures/informative/gaps",
+                                          "--title", "Informative preset")
+          + [plot("figures/informative"),  # compare's figures and summary.md, drawn again with their command
+             Command(("python", "experiments/theta_scales.py", Glob(INFORMATIVE + "/*")),
                      stdout="figures/informative/theta_scales.md")],
           ("runs/informative/results.jsonl", INFORMATIVE + "/*/gap-*.json", INFORMATIVE + "/*/params.pt"),
           script_reports=True),

@@ -5,7 +5,6 @@ writes figures/cvae-gap/gaps.md and gaps.png. Checked: both designs measured the
 (of the same data cut), the table has its rows, and its CVAE − VAE differences are the paired ones, recomputed
 here from the two designs' gap reports. About 25 s of one core. No real study runs: everything happens in a
 temporary root where experiments/ is a link to the real folder."""
-import importlib.util
 import json
 import math
 import os
@@ -17,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from amortized_pyro.report.paired import GAPS, difference
+
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 SEEDS = (0, 1)
 SPLITS = ("train", "test")
-GAPS = ("amortization_gap", "coupling_gap", "approximation_gap")
 # configuration label in the VAE design → in the CVAE design (the run's label: amortized_pyro.models.guides)
 PAIRS = {"A-VI k=64": "A-VI k=64, conditional", "F-VI": "F-VI, conditional"}
 RUN_DIRS = {"A-VI k=64": "A-VI_k_64", "F-VI": "F-VI", "A-VI k=64, conditional": "A-VI_k_64_conditional",
@@ -32,13 +32,6 @@ TINY = {"CVAE_GAP_N_OBS": "40", "CVAE_GAP_N_TEST": "20", "CVAE_GAP_EPOCHS": "2",
         "CVAE_GAP_OPTIONS": "--batch-size 20 --hidden 8 --z-dim 2 --predictive-draws 0 --eval-every 1 "
                             "--gap-importance-samples 10 --gap-theta-draws 1 --gap-score-draws 2 --gap-select-draws 2 "
                             "--gap-samples 2 --gap-step-samples 2 --gap-max-steps 10 --gap-window 5 --gap-ais-steps 0"}
-
-
-def load_gap_tables():
-    spec = importlib.util.spec_from_file_location("gap_tables", EXPERIMENTS / "gap_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +121,6 @@ def nested_stderr(differences):
 
 def test_the_tables_cvae_minus_vae_is_the_mean_of_the_per_image_differences(pipeline):
     rows = against_rows((pipeline / "figures" / "cvae-gap" / "gaps.md").read_text())
-    gap_tables = load_gap_tables()
     checked = 0
     for vae_label, cvae_label in PAIRS.items():
         for split in SPLITS:
@@ -150,7 +142,7 @@ def test_the_tables_cvae_minus_vae_is_the_mean_of_the_per_image_differences(pipe
                 mean = statistics.fmean(d for seed in differences for d in seed)
                 stderr = nested_stderr(differences)
                 assert cell == "%+.1f ± %.1f (%+.1f s.e.)" % (mean, stderr, mean / stderr), (vae_label, split, name, cell)
-                paired = gap_tables.difference(reports["cvae"], reports["vae"], name, None)  # the table's own
+                paired = difference(reports["cvae"], reports["vae"], name, None)  # the table's own
                 assert paired["mean"] == pytest.approx(mean, rel=1e-9, abs=1e-9)
                 assert paired["stderr"] == pytest.approx(stderr, rel=1e-6)  # pooled's seed means: float32
                 checked += 1

@@ -45,7 +45,7 @@ def write(folder, label, per_seed, n_obs=100):
 
 
 def against(text):
-    """{label: (the heading its row sits under, [its three cells])} of gaps.md's --against table."""
+    """{label: (the heading its row sits under, [its cells after the split])} of gaps.md's --against table."""
     rows, heading = {}, None
     for line in text.split("Each configuration's gaps minus")[1].splitlines():
         if line.startswith(("Paired", "Unpaired")):
@@ -77,7 +77,7 @@ def test_a_paired_design_reads_the_difference_the_unpaired_error_hides(tmp_path,
     difference = statistics.fmean(statistics.fmean(shift[s]) for s in SEEDS)
     assert cells[0].startswith("%+.1f ± " % difference) and ratio(cells[0]) > 3
     assert cells[1:3] == ["+0.0 (s.e. 0)", "+0.0 (s.e. 0)"]  # the same values image by image: no spread at all
-    assert cells[3] == ", ".join("%+.1f" % statistics.fmean(shift[s]) for s in SEEDS)  # seed by seed, paired
+    assert cells[3] == ", ".join("%d: %+.1f" % (s, statistics.fmean(shift[s])) for s in SEEDS)  # seed by seed
     # the same difference read unpaired: under 2 standard errors
     reports = {label: [measured(label, "train", s, *side[s]) for s in SEEDS]
                for label, side in (("base", base), ("mine", mine))}

@@ -199,7 +199,7 @@ def plot_command(results_file, out, plateau_fraction):
     out = Path(out) if out else Path(results_file).parent
     paths = plot_all(results, out, plateau_fraction)
     command = "python -m amortized_pyro plot %s --out %s%s" % (results_file, out, "" if plateau_fraction == PLATEAU_FRACTION
-                                                                 else " --plateau-fraction %g" % plateau_fraction)
+                                                                 else " --plateau-fraction %r" % plateau_fraction)
     (out / "summary.md").write_text("Command: %s\n\n%s\n" % (command, summary_text(results, plateau_fraction)))
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 

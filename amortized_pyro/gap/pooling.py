@@ -74,21 +74,30 @@ def unpaired_because(group, base, names):
     return None
 
 
-def paired_over_seeds(group, base, name):
-    """The quantity ``name`` of ``group`` minus that of ``base``, paired (:func:`unpaired_because` None):
-    d_si = x_si − y_si for training seed s and image i, pooled by :func:`pooled` (each seed its own images:
-    nested; every seed the same: crossed). Its mean is the difference of the two pooled means; its standard
-    error is that of the mean difference, which leaves out what the pairs share (the image's difficulty, the
-    seed's data cut). None where either side lacks the quantity."""
+def paired_differences(group, base, name):
+    """{training seed: [x_si − y_si per image i]} of the quantity ``name``, ``group``'s minus ``base``'s on the same
+    images (a report's images in its own order), or None where either side lacks it."""
     theirs = {r["seed"]: r for r in base}
     if any(r["per_image"].get(name) is None or theirs[r["seed"]]["per_image"].get(name) is None for r in group):
         return None
-    differences = []
+    differences = {}
     for r in group:
         other = theirs[r["seed"]]
         by_image = dict(zip(report_images(other), other["per_image"][name]))
-        differences.append([x - by_image[i] for i, x in zip(report_images(r), r["per_image"][name])])
-    return pooled(differences, [report_images(r) for r in group])
+        differences[r["seed"]] = [x - by_image[i] for i, x in zip(report_images(r), r["per_image"][name])]
+    return differences
+
+
+def paired_over_seeds(group, base, name):
+    """The quantity ``name`` of ``group`` minus that of ``base``, paired (:func:`unpaired_because` None):
+    d_si = x_si − y_si for training seed s and image i (:func:`paired_differences`), pooled by :func:`pooled`
+    (each seed its own images: nested; every seed the same: crossed). Its mean is the difference of the two
+    pooled means; its standard error is that of the mean difference, which leaves out what the pairs share (the
+    image's difficulty, the seed's data cut). None where either side lacks the quantity."""
+    differences = paired_differences(group, base, name)
+    if differences is None:
+        return None
+    return pooled([differences[r["seed"]] for r in group], [report_images(r) for r in group])
 
 
 def refinement_over_seeds(group, steps):

@@ -3,6 +3,7 @@ convention a table or figure follows), why a value is missing, the step-cap mark
 IWAE − AIS says. Nothing here computes a gap or reads a run."""
 import math
 
+from amortized_pyro.gap.pooling import gap_over_seeds
 from amortized_pyro.models.guides import display_order
 
 
@@ -126,7 +127,7 @@ def below_zero_notes(groups):
             total, low = total + len(values), [v for v in values if v < 0]
             below += len(low)
             if low:
-                mean = sum(values) / len(values)
+                mean = gap_over_seeds(group, name)["mean"]
                 rows.append("%s %s %d of %d (lowest %.2f; row mean %.1f)" % (label, split, len(low), len(values),
                                                                            min(low), mean))
         if rows:

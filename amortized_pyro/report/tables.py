@@ -70,7 +70,9 @@ def format_reports(reports):
     training seed, mean ± standard error over its images; with several, the mean over seeds of the image
     means ± the standard error over seeds and images together (:func:`~amortized_pyro.gap.pooling.pooled`);
     the amortization gap's median and 90th percentile beside it; † on the amortization gap where some q*
-    stopped at its step cap, ‡ on the coupling and approximation gaps where some q*_m did (:func:`cap_notes`)."""
+    stopped at its step cap, ‡ on the coupling and approximation gaps where some q*_m did (:func:`cap_notes`);
+    AIS − IWAE in the last column, pooled from the reports' per-image values; the notes below count the capped
+    optimizations and the per-image amortization and coupling gaps below zero (:func:`below_zero_notes`)."""
     lines = ["| configuration | split | seeds | images | L(guide) | L(q*) | log p(x) IWAE | log p(x) AIS "
              "| amortization gap | its median / 90th percentile | coupling gap | approximation gap "
              "| gap left after %s refinement steps | plug-in MSE with q* | AIS − IWAE |"
