@@ -4,6 +4,7 @@ revision REV, on the same images, and what stays below zero.
 
     python experiments/remeasured.py figures/architectures/mlp-none figures/architectures/conv-none --before c77ffc3
     python experiments/remeasured.py figures/architectures/mlp-none=runs/architectures/mlp-none --before c77ffc3
+    python experiments/remeasured.py figures/informative --before c77ffc3 --flat figures/informative/gaps/reports
 
 Prints, per folder: each run's final ELBO then and now (the runs are trained again from their seeds, so a
 difference means the training changed, not only the measurement); per quantity of the reports' ``per_image``
@@ -53,9 +54,11 @@ def differences(old, new, largest, counts, where):
                 largest[name] = (abs(y - x), "%s image %d: %.3f -> %.3f" % (where, image, x, y))
 
 
-def compare(folder, now_dir, rev):
+def compare(folder, now_dir, rev, flat=None):
     """Prints the comparison for one committed comparison folder (relative to the repository root); ``now_dir``:
-    read the new reports from there instead (a study's runs/ folder before its report step copies them)."""
+    read the new reports from there instead (a study's runs/ folder before its report step copies them);
+    ``flat``: the folder where ``rev`` kept the reports flat, as RUN-gap-SPLIT.json (an earlier report layout, no
+    metrics)."""
     now_dir = Path(now_dir or folder)
     runs = sorted(now_dir.glob("runs/*/*"))
     if not runs:
@@ -65,12 +68,14 @@ def compare(folder, now_dir, rev):
     below = []
     for run_dir in runs:
         rel = Path(folder) / run_dir.relative_to(now_dir)
-        then = final_elbo(at_revision(rev, "%s/metrics.jsonl" % rel))
-        now = final_elbo((run_dir / "metrics.jsonl").read_text())
+        then = None if flat else final_elbo(at_revision(rev, "%s/metrics.jsonl" % rel))
+        metrics = run_dir / "metrics.jsonl"
+        now = final_elbo(metrics.read_text() if metrics.is_file() else None)
         print("%s: final ELBO per image then %s, now %s" % (run_dir.name, then, now))
         for path in sorted(run_dir.glob("gap-*.json")):
             new = json.loads(path.read_text())
-            text = at_revision(rev, "%s/%s" % (rel, path.name))
+            then_path = "%s/%s-%s" % (flat, run_dir.name, path.name) if flat else "%s/%s" % (rel, path.name)
+            text = at_revision(rev, then_path)
             if text is None:
                 print("  %s: no report at %s" % (path.name, rev))
             elif json.loads(text)["images"] != new["images"]:
@@ -95,6 +100,8 @@ def main():
     parser.add_argument("folders", nargs="+", help="comparison folders under figures/; FOLDER=NEW to read the new "
                         "reports from NEW (e.g. runs/architectures/mlp-none) before the report step copies them")
     parser.add_argument("--before", required=True, help="the git revision that held the earlier reports")
+    parser.add_argument("--flat", metavar="FOLDER", help="where --before kept the reports flat as RUN-gap-SPLIT.json "
+                        "(e.g. figures/informative/gaps/reports), instead of in each FOLDER's run directories")
     args = parser.parse_args()
     found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", args.before + "^{commit}"], cwd=ROOT,
                            capture_output=True)
@@ -102,7 +109,7 @@ def main():
         raise SystemExit("remeasured.py: --before %s is no commit of this repository" % args.before)
     for folder in args.folders:
         folder, _, now = folder.partition("=")
-        compare(folder, now or None, args.before)
+        compare(folder, now or None, args.before, args.flat)
 
 
 if __name__ == "__main__":
