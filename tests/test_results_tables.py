@@ -29,8 +29,6 @@ NOT_YET_REGENERATED = {
     **{"figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % s: "measured (a gap report); only "
        "experiments/audit_numbers.py prints its mean ± s.e., no report step" for s in ("train", "test")},
     "figures/plateau/plateau.md": "plateau_report.py made it from runs/plateau-*-seed* (gone); no Command: line",
-    "figures/informative/gaps/gaps.md": "its command reads runs/informative, gone; constant-VI trained again "
-                                        "under issue 49, the other rows not yet",
     "figures/converged/gaps.md": "its command reads runs/converged, gone (only the gap reports are committed)",
     "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
                                 "committed layout",
@@ -42,7 +40,6 @@ NOT_YET_REGENERATED = {
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"
-_INFORMATIVE = "the-gap-where-z-carries-information-informative-preset-3-seeds-5000-steps"
 _GAP_VS_N = "does-the-held-out-gap-shrink-as-n-grows-one-pool-one-convergence-criterion-3-seeds"
 _AIS = "AIS − IWAE: gaps.md's two log p(x) columns subtracted by hand"
 UNSOURCED = {  # (section anchor, |number|): why it is in no committed file
@@ -50,7 +47,6 @@ UNSOURCED = {  # (section anchor, |number|): why it is in no committed file
     (_Z, 0.001): "q(θ)'s initial scale, a setting of experiments/informative.toml",
     (_Z, 3): "the learning rates 3e-3 and 1e-3, settings",
     (_Z, 2): "e⁻² in the cell name init-e-2, a setting",
-    **{(_INFORMATIVE, v): _AIS for v in (4.8, 7.2, 7.6, 16.7)},
     **{(_GAP_VS_N, v): _AIS for v in (3.7, 11.3, 17.3, 17.6)},
     **{("a-vi-against-f-vi-at-convergence-3-seeds", v): "train plug-in MSE of runs/converged's summary.md, "
        "not committed" for v in (0.0055, 0.0071)},
