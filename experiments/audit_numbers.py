@@ -106,10 +106,31 @@ def gap_vs_n():
 
 
 def converged():
-    print("\n## converged (figures/converged/gaps.md)")
+    print("\n## converged (figures/converged/gaps.md, and each run's summary.json and metrics.jsonl under runs/)")
     for line in (ROOT / "figures/converged/gaps.md").read_text().splitlines():
         if "last 10%" in line or re.match(r"\| (A-VI k=64|F-VI) \| 3 \| [0-9]", line):
             print("  " + line)
+    finals = {}  # (label, seed) -> (final ELBO per image, train plug-in MSE, test plug-in MSE, test MSE at epoch 500)
+    for path in sorted(ROOT.glob("figures/converged/runs/*/*-seed*/summary.json")):
+        label, seed = path.parent.name.rsplit("-seed", 1)
+        final = json.loads(path.read_text())["final"]
+        at_500 = [r for r in rows(path.parent.relative_to(ROOT) / "metrics.jsonl") if r.get("epoch") == 500]
+        finals[(label, int(seed))] = (final["elbo_per_obs"], final["train_plugin_mse"], final["test_plugin_mse"],
+                                      at_500[0].get("test_plugin_mse") if at_500 else None)
+    if not finals:
+        print("  no run files under figures/converged/runs/ (python experiments/study.py converged --report-only)")
+        return
+    for (label, seed), (elbo, train, test, test_500) in sorted(finals.items()):
+        print("  %s seed %d: final ELBO per image %.2f, train plug-in MSE %.4f, test plug-in MSE %s (at epoch 500: %s)"
+              % (label, seed, elbo, train, "n/a" if test is None else "%.4f" % test,
+                 "n/a" if test_500 is None else "%.4f" % test_500))
+    seeds = sorted(seed for label, seed in finals if label == "F-VI" and ("A-VI_k_64", seed) in finals)
+    print("  F-VI - A-VI k=64, final ELBO per image, paired over seeds: %s" % fmt(
+        [finals[("F-VI", s)][0] - finals[("A-VI_k_64", s)][0] for s in seeds]))
+    for name, i in (("train plug-in MSE", 1), ("test plug-in MSE (A-VI k=64)", 2)):
+        values = [finals[("A-VI_k_64", s)][i] for s in seeds]
+        print("  A-VI k=64 %s, mean over seeds: %.4f" % (name, statistics.fmean(values)))
+    print("  F-VI train plug-in MSE, mean over seeds: %.4f" % statistics.fmean(finals[("F-VI", s)][1] for s in seeds))
 
 
 if __name__ == "__main__":
