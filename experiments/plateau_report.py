@@ -2,6 +2,7 @@
 and under the true ELBO, and what q(θ)'s scale does meanwhile.
 
     python experiments/plateau_report.py runs/plateau-*/ --out figures/plateau
+    python experiments/plateau_report.py figures/plateau --out figures/plateau   (again from its merged results.jsonl)
 
 Reads each comparison folder's results.jsonl (written by experiments/plateau.sh; the study's name says the
 objective), and writes into --out: plateau.md (per run: steps trained, the first evaluated step whose train
@@ -104,7 +105,8 @@ def main():
         lines.append("| %s | %s | %d | %d | %s | %s | %s |" % (
             study, name, len(values), sum(f is not None for f in first), pm(first, "%.0f"),
             pm([v[1] for v in values], "%.3f"), pm([v[2] for v in values], "%.4f")))
-    (out / "plateau.md").write_text("\n".join(lines) + "\n")
+    command = "Command: python experiments/plateau_report.py %s --out %s" % (" ".join(args.folders), args.out)
+    (out / "plateau.md").write_text("\n".join([command, ""] + lines) + "\n")
     figure(results, out / "plateau.png", FRACTION)
     print("\n".join(lines))
     print("wrote plateau.md, plateau.png and results.jsonl into %s" % out)

@@ -28,7 +28,6 @@ NOT_YET_REGENERATED = {
                                           "original-study-cpu", "original-long-study-cpu", "informative")},
     **{"figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % s: "measured (a gap report); only "
        "experiments/audit_numbers.py prints its mean ± s.e., no report step" for s in ("train", "test")},
-    "figures/plateau/plateau.md": "plateau_report.py made it from runs/plateau-*-seed* (gone); no Command: line",
     "figures/converged/gaps.md": "its command reads runs/converged, gone (only the gap reports are committed)",
     "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
                                 "committed layout",
