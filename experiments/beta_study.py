@@ -11,6 +11,8 @@ Bayesian one, seeds 0, 1, 2, on each data set. Each run in runs/beta/DATASET-DEC
         [--datasets shapes,mnist] [--decoders standard,bayesian] [--betas 0.25,0.5]   (a part of the grid, e.g.
         one per core)
     python experiments/beta_study.py report runs/beta --shapes data/shapes.npz --out figures/beta
+    python experiments/beta_study.py table figures/beta/beta.jsonl --out figures/beta   (beta.md and beta.png again
+        from the report's measured rows, without the runs)
 
 Per run, the report computes: the ELBO per image at β = 1 (the true bound: the run's last evaluation, which
 estimates it separately when β ≠ 1), the KL of q(z | x) from p(z) in closed form, ½ Σ (μ² + σ² − 1 − log σ²),
@@ -211,6 +213,22 @@ def traversal(runs, path, title):
     plt.close(fig)
 
 
+def write_table(rows, source, out):
+    """beta.md (its command first: the table is made again from ``source``, the committed beta.jsonl) and beta.png."""
+    (out / "beta.md").write_text("Command: python experiments/beta_study.py table %s --out %s\n\n" % (source, out)
+                                 + table(rows))
+    figure(rows, out / "beta.png")
+
+
+def redraw(args):
+    """The table and figure again from a beta.jsonl (the report's measured rows), without the runs."""
+    if not args.rows.is_file():
+        sys.exit("beta_study.py: no %s (the report writes it)" % args.rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_table([json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()], args.rows, args.out)
+    print("wrote beta.md and beta.png into %s" % args.out)
+
+
 def report(args):
     args.out.mkdir(parents=True, exist_ok=True)
     rows, kept = [], {}
@@ -230,9 +248,7 @@ def report(args):
     if not rows:
         sys.exit("beta_study.py: no finished run under %s" % args.runs)
     (args.out / "beta.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (args.out / "beta.md").write_text("Command: python experiments/beta_study.py report %s --shapes %s --out %s\n\n"
-                                      % (args.runs, args.shapes, args.out) + table(rows))
-    figure(rows, args.out / "beta.png")
+    write_table(rows, args.out / "beta.jsonl", args.out)
     for dataset, runs in kept.items():
         traversal(runs, args.out / ("traversal-%s.png" % dataset),
                   "%s: latent traversals of one test image, standard decoder, seed 0" % dataset)
@@ -257,8 +273,11 @@ def main():
     rep.add_argument("runs", type=Path)
     rep.add_argument("--shapes", required=True)
     rep.add_argument("--out", type=Path, required=True)
+    again = sub.add_parser("table", help="beta.md and beta.png again from the report's beta.jsonl")
+    again.add_argument("rows", type=Path)
+    again.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    run(args) if args.command == "run" else report(args)
+    {"run": run, "report": report, "table": redraw}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ NOT_YET_REGENERATED = {
     "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone; not reproducible "
                                      "byte for byte",
     "figures/studies-end/status.md": "its seed-study rows were printed from runs/end-seed-*, gone",
-    "figures/beta/beta.md": "its report reads runs/beta and runs/beta/shapes.npz, not committed",
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"

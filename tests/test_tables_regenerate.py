@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/quickstart/gaps.md",
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
-          "figures/held-out/held_out.md", "figures/plateau/plateau.md"] + ["figures/%s/summary.md" % study for study in (
+          "figures/held-out/held_out.md", "figures/plateau/plateau.md",
+          "figures/beta/beta.md"] + ["figures/%s/summary.md" % study for study in (
               "offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
               "original-long-study-cpu", "informative")]
 
