@@ -20,8 +20,7 @@ COMMENT = re.compile(r"<!-- numbers from: ([^>]*?) -->\n\Z")
 _PLOT = "`python -m amortized_pyro plot` redraws it from the committed results.jsonl"
 NOT_YET_REGENERATED = {
     **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
-       for s in ("informative-ablation/preset", "informative-ablation/obs1", "informative-ablation/init-e-2",
-                 "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3", "gap-vs-n/n1000",
+       for s in ("gap-vs-n/n1000",
                  "gap-vs-n/n2500", "gap-vs-n/n8000", "sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
     **{"figures/%s/results.jsonl" % s: "measured (compare's log); the steps column is its last iteration, which "
        "no report step prints" for s in ("offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu",
@@ -43,8 +42,6 @@ _AIS = "AIS − IWAE: gaps.md's two log p(x) columns subtracted by hand"
 UNSOURCED = {  # (section anchor, |number|): why it is in no committed file
     (_Z, 50000): "the original preset's length (6,250 epochs of 8 steps), a setting",
     (_Z, 0.001): "q(θ)'s initial scale, a setting of experiments/informative.toml",
-    (_Z, 3): "the learning rates 3e-3 and 1e-3, settings",
-    (_Z, 2): "e⁻² in the cell name init-e-2, a setting",
     **{(_GAP_VS_N, v): _AIS for v in (3.7, 11.3, 17.3, 17.6)},
     **{("a-vi-against-f-vi-at-convergence-3-seeds", v): "train plug-in MSE of runs/converged's summary.md, "
        "not committed" for v in (0.0055, 0.0071)},

@@ -17,7 +17,8 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
           "figures/beta/beta.md"] + ["figures/%s/summary.md" % study for study in (
               "offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
-              "original-long-study-cpu", "informative")]
+              "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
+              "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")]
 
 
 def command_of(text):
