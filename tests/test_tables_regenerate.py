@@ -15,7 +15,7 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
-          "figures/beta/beta.md"] + ["figures/%s/summary.md" % study for study in (
+          "figures/beta/beta.md", "figures/converged/gaps.md"] + ["figures/%s/summary.md" % study for study in (
               "offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
               "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
               "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")]
