@@ -40,6 +40,7 @@ from amortized_pyro.inference.disentanglement import active_units, mutual_inform
 from amortized_pyro.inference.evaluation import factor
 from amortized_pyro.runs.fit import load_run
 from amortized_pyro.runs.images import prepare_data
+from amortized_pyro.support.jsonio import read_jsonl
 
 BETAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 BAYESIAN_BETAS = (1.0, 4.0)
@@ -225,7 +226,7 @@ def redraw(args):
     if not args.rows.is_file():
         sys.exit("beta_study.py: no %s (the report writes it)" % args.rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_table([json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()], args.rows, args.out)
+    write_table(read_jsonl(args.rows), args.rows, args.out)
     print("wrote beta.md and beta.png into %s" % args.out)
 
 
