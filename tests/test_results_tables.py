@@ -3,7 +3,9 @@ each table an HTML comment names those files (``<!-- numbers from: figures/a/gap
 every number of the table's body rows must be in them, exactly or as its rounding to the decimals shown (the rule
 of test_findings_numbers: signs, inline code and link targets left out), and every named file must be made again
 from committed files by its report step (test_tables_regenerate.TABLES) or say below why it is not yet. A number
-that is in no committed file is allowed one by one in UNSOURCED, with why; both lists may only shrink."""
+that is in no committed file is allowed one by one in UNSOURCED, with why; both lists may only shrink. Its limit:
+a number is looked for anywhere in its files, unsigned, so a value that also occurs elsewhere there (a small
+integer, a setting in a command line) passes by coincidence."""
 import functools
 import re
 import subprocess
