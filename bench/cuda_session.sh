@@ -12,8 +12,10 @@
 #   pytest.txt    the whole suite on the GPU machine (6 workers), beside the studies
 #   runs-small.tar.gz, params.tar.gz
 #                 the original study at its full length (experiments/studies-end.sh, STUDIES=original): its 7
-#                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default 540) have passed (BENCH=0 skips the benches; WORKERS, PYTEST_LIMIT: pytest's workers and time limit), when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
+#                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default 540) have passed, when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
 #                 and the A-VI k = 64 runs' params.pt (for their gaps)
+# Switches: BENCH=0 skips the benches, SUITE=0 the whole suite (the CUDA tests still run), END=0 the studies;
+# WORKERS, PYTEST_LIMIT: pytest's workers and time limit.
 # Give the device tool's run a timeout_s of at least DEADLINE + 60: the studies' stop, the archives and the output
 # come after DEADLINE, and a run killed at its limit brings nothing back (2026-11-26: 235 s against 270 s lost all).
 set -u
@@ -30,15 +32,18 @@ torch.cuda.get_device_name(), 'pyro', pyro.__version__, 'zuko', zuko.__version__
 echo "[$SECONDS s] bench_step" | tee -a "$OUT/bench.txt"
 [ "${BENCH:-1}" = 1 ] && timeout 70 python3 bench/bench_step.py --device cuda --dataset .gpu/mnist --configs reference --rounds 5 --steps 10 \
   >> "$OUT/bench.txt" 2>&1
+studies=
+if [ "${END:-1}" = 1 ]; then
 echo "[$SECONDS s] studies start" | tee -a "$OUT/bench.txt"
 DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 RUNS=runs/cuda CHECKPOINT=1m JOBS=7 STUDIES=original \
   bash experiments/studies-end.sh .gpu/mnist &
 studies=$!
+fi
 # the tests that need CUDA first (the machine lent on 2026-11-26 gave the process one CPU: nproc 1, so the whole
 # suite did not fit one call), then the whole suite as far as PYTEST_LIMIT allows
 timeout 120 python3 -m pytest -q -rfE --tb=line -p no:cacheprovider -k "cuda" tests/test_training.py tests/test_replicas.py \
   tests/test_cli.py > "$OUT/pytest-cuda.txt" 2>&1
-timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
+[ "${SUITE:-1}" = 1 ] && timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
   > "$OUT/pytest.txt" 2>&1
 echo "[$SECONDS s] pytest exit $?" | tee -a "$OUT/bench.txt"
 [ "${BENCH:-1}" = 1 ] && timeout 90 python3 -m pytest -q -s -p no:cacheprovider tests/test_reliability.py -k cuda >> "$OUT/bench.txt" 2>&1
@@ -47,7 +52,7 @@ echo "[$SECONDS s] syncs" | tee -a "$OUT/bench.txt"
 echo "[$SECONDS s] builder_step" | tee -a "$OUT/bench.txt"
 [ "${BENCH:-1}" = 1 ] && timeout 45 python3 bench/builder_step.py --device cuda --blocks 6 --steps 10 --warmup 10 >> "$OUT/bench.txt" 2>&1
 echo "[$SECONDS s] waiting for the studies" | tee -a "$OUT/bench.txt"
-while kill -0 $studies 2>/dev/null && [ $SECONDS -lt "${DEADLINE:-540}" ]; do sleep 5; done
+[ -n "$studies" ] && while kill -0 $studies 2>/dev/null && [ $SECONDS -lt "${DEADLINE:-540}" ]; do sleep 5; done
 pkill -TERM -f "amortized_pyro compare"
 for _ in $(seq 20); do pgrep -f "amortized_pyro compare" > /dev/null || break; sleep 1; done
 echo "[$SECONDS s] studies stopped or done" | tee -a "$OUT/bench.txt"
