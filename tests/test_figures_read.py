@@ -174,9 +174,9 @@ def test_no_summary_column_reads_na_in_every_row(fvi_elbo, percent, nats):
         assert len(cells(text, label)) == header.count(" | ") + 1 == text.splitlines()[1].count("|---")
     row = cells(text, "A-VI k=8")
     if percent:  # F-VI's −100 minus A-VI's −90, and that in % of |−100|
-        assert row[5:7] == ["-10.00", "-10.00"]
+        assert row[6:8] == ["-10.00", "-10.00"]
     elif nats:
-        assert row[5] == "190.00" and "in % is left out" in text and "positive" in text
+        assert row[6] == "190.00" and "in % is left out" in text and "positive" in text
     else:
         assert "no F-VI run" in text
 

@@ -132,7 +132,7 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
 
     gaps = [(head, key) for head, key in (("gap to F-VI (nats/obs)", "gap_to_fvi"), ("gap (%)", "gap_to_fvi_percent"))
             if any(not math.isnan(r[key]) for r in table)]  # a column n/a in every row is left out, said below
-    heads = ["dataset", "configuration", "seeds", "epochs", "final ELBO / obs (nats)"] + [h for h, _ in gaps] + [
+    heads = ["dataset", "configuration", "seeds", "epochs", "steps", "final ELBO / obs (nats)"] + [h for h, _ in gaps] + [
         "train MSE plug-in", "train MSE predictive", "test MSE plug-in", "test MSE predictive", "plug-in ÷ mean image",
         "z informative", "ms / epoch", "iterations to train MSE < %g × mean image's" % fraction]
     lines = ["| %s |" % " | ".join(heads), "|---" * len(heads) + "|"]
@@ -140,14 +140,16 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
         reached = ("%s (%d/%d seeds)" % (plus_minus(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
                                          r["seeds"]) if r["seeds_leaving"] else "not reached")
         lines.append("| %s |" % " | ".join([
-            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), plus_minus(r["elbo_per_obs"], "%.2f")]
+            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), str(r["steps"]), plus_minus(r["elbo_per_obs"], "%.2f")]
             + [num(r[key], "%.2f") for _, key in gaps]
             + [plus_minus(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
             + [num(r["mse_ratio"], "%.2f"), r["uses_z"], plus_minus(r["ms_per_epoch"], "%.0f"), reached]))
-    notes = {r["dataset"]: r["mean_image_mse"] for r in table if r["mean_image_mse"]}
-    for dataset, b in sorted(notes.items()):
-        lines.append("\n%s: the mean training image, which ignores z, has train MSE %.4f and test MSE %.4f."
-                     % (dataset, b["train_mse"], b["test_mse"]))
+    for dataset in sorted({r["dataset"] for r in table}):
+        rows = [r for r in table if r["dataset"] == dataset]
+        b = rows[0]["mean_image_mse"]
+        lines.append("\n%s: N %s training images%s." % (
+            dataset, ", ".join(str(n) for n in sorted({r["n_obs"] for r in rows})), "; the mean training image, "
+            "which ignores z, has train MSE %.4f and test MSE %.4f" % (b["train_mse"], b["test_mse"]) if b else ""))
     if table:
         text = spread([r["seeds"] for r in table], "± is the standard error over seeds of their mean (their "
                       "standard deviation / √seeds; for the iterations, over the seeds that got there)", "no ±")

@@ -125,6 +125,8 @@ class Results:
             finals = [rows[-1] for rows in runs]
             reached = [iterations_to_leave(rows, self.baseline(dataset), fraction) for rows in runs]
             row = {"dataset": dataset, "label": name, "seeds": len(runs), "epochs": finals[0]["epoch"],
+                   "steps": finals[0]["iteration"],
+                   "n_obs": finals[0]["n_obs"],
                    "elbo_per_obs": mean_stderr([f["elbo_per_obs"] for f in finals]),
                    "ms_per_epoch": mean_stderr([ms_per_epoch(f["time"], f["epoch"]) for f in finals]),  # summary.json's
                    "iterations_to_leave": mean_stderr([r for r in reached if r is not None]),
