@@ -12,7 +12,8 @@ gap-{train,test}.json) and the runs' metrics, and writes into --out:
               steps, final ELBO per image, what the ELBO per image gained over the last 10% of the steps (a
               plateau: small against the whole run's gain), the largest fall of the ELBO per image from one
               epoch to the next after the first 10% of epochs (stability), and training ms per step (the
-              runs' own clocks, on a shared CPU: see BENCHMARKS.md for step costs measured side by side)
+              runs' own clocks, on a shared CPU: see BENCHMARKS.md for step costs measured side by side), and the
+              final train plug-in MSE (the runs' last evaluation)
   gaps.png    amortization, coupling and approximation gaps per configuration, train and test, ± 1 s.e. (the
               title says over what); a missing value (F-VI's held-out amortization gap) as "n/a", no bar; hatched
               where some optimization stopped at its step cap, by what it touches: the amortization gap "//"
@@ -79,10 +80,10 @@ def pm(values, fmt="%.1f"):
 
 def training_table(runs):
     lines = ["| configuration | seeds | SVI steps | final ELBO / image | gained over the last 10% of steps | "
-             "of the whole run's gain | largest one-epoch fall after the first 10% | training ms / step |",
-             "|---" * 8 + "|"]
+             "of the whole run's gain | largest one-epoch fall after the first 10% | training ms / step | "
+             "final train MSE plug-in |", "|---" * 9 + "|"]
     for label, group in sorted(runs.items(), key=lambda item: display_order(item[0])):
-        finals, lasts, shares, costs, steps, falls = [], [], [], [], set(), []
+        finals, lasts, shares, costs, steps, falls, mses = [], [], [], [], set(), [], []
         for info, history in group:
             config = info["config"]
             per_epoch = math.ceil(info["data"]["n_obs"] / min(config["batch_size"], info["data"]["n_obs"]))
@@ -90,15 +91,16 @@ def training_table(runs):
             end = evaluated[-1]
             before = min(evaluated, key=lambda r: abs(r["epoch"] - 0.9 * end["epoch"]))
             finals.append(end["elbo_per_obs"])
+            mses.append(end["train_plugin_mse"])
             lasts.append(end["elbo_per_obs"] - before["elbo_per_obs"])
             shares.append(lasts[-1] / (end["elbo_per_obs"] - evaluated[0]["elbo_per_obs"]))
             costs.append(1000 * history[-1]["time"] / (history[-1]["epoch"] * per_epoch))
             elbos = [r["elbo_per_obs"] for r in history[len(history) // 10:]]
             falls.append(max(a - b for a, b in zip(elbos, elbos[1:])))  # training's stability
             steps.add(history[-1]["epoch"] * per_epoch)
-        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
             label, len(group), "/".join(map(str, sorted(steps))), pm(finals), pm(lasts), pm(shares, "%.3f"),
-            pm(falls), pm(costs, "%.0f")))
+            pm(falls), pm(costs, "%.0f"), pm(mses, "%.4f")))
     return "\n".join(lines)
 
 

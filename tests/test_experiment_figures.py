@@ -184,3 +184,19 @@ def test_against_gives_each_configurations_gaps_minus_the_named_ones_in_standard
         run_script(monkeypatch, "gap_tables.py", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "out2",
                    "--against", "A-VI k=64")
     assert not (tmp_path / "out2").exists() or not any((tmp_path / "out2").iterdir())
+
+
+def test_the_training_table_gives_each_configurations_final_train_mse_over_seeds(tmp_path, monkeypatch, saved_figures):
+    """Two seeds whose last evaluations read train plug-in MSE 0.04 and 0.06 (earlier epochs 0.05): the row says
+    their mean ± sd / √2 = 0.0500 ± 0.0100, the last evaluation's, not an earlier one's."""
+    for seed, final in ((0, 0.04), (1, 0.06)):
+        write_run(tmp_path / "study", "A-VI_k_8-seed%d" % seed, [gap_report("A-VI k=8", "train", None)], seed=seed)
+        metrics = tmp_path / "study" / "runs" / "synthetic" / ("A-VI_k_8-seed%d" % seed) / "metrics.jsonl"
+        lines = metrics.read_text().splitlines()
+        lines[-1] = json.dumps(dict(json.loads(lines[-1]), train_plugin_mse=final))
+        metrics.write_text("\n".join(lines) + "\n")
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
+    text = (tmp_path / "out" / "gaps.md").read_text()
+    header = next(line for line in text.splitlines() if "| SVI steps |" in line).split(" | ")
+    row = next(line for line in text.splitlines() if line.startswith("| A-VI k=8 | 2 |")).split(" | ")
+    assert header[-1] == "final train MSE plug-in |" and row[-1] == "0.0500 ± 0.0100 |"

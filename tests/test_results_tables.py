@@ -28,9 +28,6 @@ NOT_YET_REGENERATED = {
        "experiments/audit_numbers.py prints its mean ± s.e., no report step" for s in ("train", "test")},
     "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
                                 "committed layout",
-    **{"figures/converged/runs/mnist-sample/%s/summary.json" % run: "measured (the run's own summary): the "
-       "converged table's final train plug-in MSEs, which experiments/audit_numbers.py averages; no report step "
-       "prints them" for run in ("A-VI_k_64-seed0", "A-VI_k_64-seed1", "F-VI-seed0", "F-VI-seed2")},
     "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
     "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone; not reproducible "
                                      "byte for byte",
