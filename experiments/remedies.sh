@@ -9,6 +9,7 @@
 # 3,000 steps, the best Gaussian beside).
 # One comparison folder per cell, runs/remedies/CELL, one after the other, cheapest first, one torch thread.
 # Resumable: run the same command again. Then the report: python experiments/study.py remedies --report-only
+# (after the cells, the cost of inference on one new image: experiments/inference_costs.py measure, below)
 # Use: experiments/remedies.sh MNIST_IDX_FOLDER [CELL ...], or through the driver:
 #      python experiments/study.py remedies --data ../shared/data/mnist
 # Named cells alone (e.g. two processes on two cores, each with its own cells): experiments/remedies.sh DATA a-vi f-vi
@@ -17,7 +18,8 @@ cd "$(dirname "$0")/.."
 data=$1
 shift
 source experiments/lib/cells.sh
-check_cells cell "a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20" "$@"
+cells="a-vi f-vi flow-2 flow-4 f-vi-flow-2 ia-vi-5 sa-vi-5 sa-vi-5-momentum sa-vi-20"
+check_cells cell "$cells" "$@"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p runs/remedies
 cell() {  # NAME, then compare's options for it
@@ -38,3 +40,11 @@ cell ia-vi-5 --guides iterative --iterations 5
 cell sa-vi-5 --guides semi-amortized --refine-steps 5
 cell sa-vi-5-momentum --guides semi-amortized --refine-steps 5 --refine-optimizer sgd-momentum --refine-lr 0.03
 cell sa-vi-20 --guides semi-amortized --refine-steps 20
+# The cost of inference on one new image, each cell's seed-0 run side by side in one process: measured once, after
+# a run of every cell (not with named cells: then measure by hand, the command below, once every cell is done);
+# the report copies the file into figures/remedies and draws inference.md from it
+if [ "$named_cells" = "  " ] && [ ! -e runs/remedies/inference.jsonl ]; then
+  # shellcheck disable=SC2046
+  python experiments/inference_costs.py measure $(printf 'runs/remedies/%s ' $cells) \
+    --out runs/remedies/inference.jsonl >> runs/remedies.log 2>&1
+fi

@@ -29,8 +29,9 @@ NOT_YET_REGENERATED = {
     "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
                                 "committed layout",
     "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
-    "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone; not reproducible "
-                                     "byte for byte",
+    "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone, and printed without "
+                                     "their rounds; to be measured again into inference.jsonl (inference_costs.py "
+                                     "measure) once every cell is trained again, then drawn from it",
     "figures/studies-end/status.md": "its seed-study rows were printed from runs/end-seed-*, gone",
 }
 
