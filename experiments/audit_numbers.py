@@ -1,8 +1,5 @@
 """The numbers behind issue 49's corrections to docs/results.md, recomputed from committed files only:
 
-  capacity     which images each fresh encoder's gaps were measured on (the gap seed is the encoder seed), and the
-               fresh k = 64 encoders of 2 hidden layers against the run's own encoder on identical images (encoder seed 0's
-               images are the run's own report's)
   held-out     the "more images for the encoder alone" trend run by run: per run, the held-out gap's change from
                500 to 1,000 and from 1,000 to 2,500 training images, its mean ± s.e. over the runs and the signs;
                the regularizers' smallest detectable effect (2 × the paired s.e. over runs)
@@ -22,7 +19,6 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from amortized_pyro.autoguides.capacity import layers_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,25 +37,6 @@ def fmt(values):
     m, se = mean_se(values)
     signs = "every run" if all(v > 0 for v in values) or all(v < 0 for v in values) else "signs mixed"
     return "%.1f ± %.1f (per run: %s; %s)" % (m, se, ", ".join("%.1f" % v for v in values), signs)
-
-
-def capacity():
-    print("## capacity (figures/capacity/capacity.jsonl)")
-    table = rows("figures/capacity/capacity.jsonl")
-    sets = {(r["seed"], r["split"]): r["images"][:3] for r in table}
-    for (seed, split), first in sorted(sets.items()):
-        print("encoder seed %d, %s: gap seed %d, first images %s" % (seed, split, seed, first))
-    own = {}
-    for split in ("train", "test"):
-        report = json.loads((ROOT / ("figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % split)).read_text())
-        own[split] = (report["images"][:3], report["amortization_gap"])
-    for split in ("train", "test"):
-        fresh = [r for r in table if (r["width"], layers_of(r), r["seed"], r["split"]) == (64, 2, 0, split)][0]
-        images, gap = own[split]
-        print("%s, identical images (%s): fresh k=64 2 hidden layers, encoder seed 0: %.1f ± %.1f; the run's own encoder: "
-              "%.1f ± %.1f (± over the 20 images)" % (split, "same" if images == fresh["images"][:3] else "DIFFER",
-                                                       fresh["amortization_gap"]["mean"],
-                                                       fresh["amortization_gap"]["stderr"], gap["mean"], gap["stderr"]))
 
 
 def held_out():
@@ -134,7 +111,6 @@ def converged():
 
 
 if __name__ == "__main__":
-    capacity()
     held_out()
     gap_vs_n()
     converged()

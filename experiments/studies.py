@@ -19,6 +19,7 @@ REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "s
 SA_VI_CELLS = ("sa-vi-5", "sa-vi-5-unrolled", "sa-vi-20")  # experiments/sa-vi.sh's comparison folders, runs/CELL
 CVAE_GAP_DESIGNS = ("vae", "cvae")  # experiments/cvae-gap.sh's: the VAE and the CVAE (p(z | c) = N(0, I))
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
+OWN_REPORT = GAP_VS_N % 2500 + "/gap-%s.json"  # the capacity sweep's frozen run's own gap reports
 CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with q* capped at 20,000 steps)
     ("runs/sa-vi-5/runs/mnist-sample/A-VI_k_64-seed0", "A-VI_k_64-seed0-test-20000"),
     (GAP_VS_N % 8000, "n8000-A-VI_k_64-seed0-test-20000"),
@@ -84,9 +85,12 @@ STUDIES = {study.name: study for study in (
     Study("capacity", "fresh encoders of 3 widths and 1–3 hidden layers on a frozen q(θ) (Cremer et al.)",
           "figures/capacity", "runs/capacity",
           lambda ctx: [Command(("python", "experiments/capacity_status.py", "runs/capacity/capacity.jsonl",
-                                "--out", "figures/capacity"))],
+                                "--out", "figures/capacity")
+                               + tuple(x for split in ("train", "test")
+                                       for x in ("--own", ctx.one(OWN_REPORT % split))))],
           ("runs/capacity/capacity.jsonl",),
-          needs=(Need("gap-vs-n", ((GAP_VS_N % 2500) + "/summary.json",), "a finished A-VI k = 64 run at N = 2,500"),)),
+          needs=(Need("gap-vs-n", ((GAP_VS_N % 2500) + "/summary.json",) + tuple(OWN_REPORT % split for split in (
+              "train", "test")), "a finished A-VI k = 64 run at N = 2,500 and its gap reports"),)),
     Study("held-out", "where the held-out gap comes from: fresh encoders on subsets, transductive, regularized",
           "figures/held-out", "runs/held-out",
           lambda ctx: [Copy(("runs/held-out/held_out.jsonl", "runs/held-out/references.jsonl"), "figures/held-out"),

@@ -221,12 +221,14 @@ def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
 
 
 def test_dry_run_passes_the_script_options_and_skips_needs_that_are_there(root, capsys):
-    touch(root, "runs/gap-vs-n/n2500/runs/shared_data_mnist/A-VI_k_64-seed0/summary.json")
+    run = "runs/gap-vs-n/n2500/runs/shared_data_mnist/A-VI_k_64-seed0"
+    touch(root, *("%s/%s" % (run, name) for name in ("summary.json", "gap-train.json", "gap-test.json")))
     status, out, _ = drive(capsys, "capacity", "--dry-run", "--with-needs", "--root", root, "--seeds", "0")
     assert status == 0
     assert [line for line in out if line.startswith("+ ")] == [
         "+ bash experiments/capacity.sh --seeds 0",
-        "+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity"]
+        "+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity --own "
+        "%s/gap-train.json --own %s/gap-test.json" % (run, run)]
     (root / "mnist").mkdir()
     status, out, _ = drive(capsys, "reference-cpu", "--dry-run", "--root", root, "--data=mnist", "--", "--dry-run")
     assert [line for line in out if line.startswith("+ ")] == [
@@ -259,6 +261,7 @@ def capacity_rows():
         for seed in (0, 1):
             for split, extra in (("train", 0.0), ("test", 6.0)):
                 rows.append({"width": width, "depth": 1, "seed": seed, "split": split, "n_images": 5,
+                             "gap_seed": seed, "images": [10 * seed + i for i in range(5)],
                              "epochs": 100 + 20 * seed, "encoder_capped": seed == 1 and width == 32,
                              "amortization_gap": gap(base + extra + 2 * seed), "coupling_gap": gap(1.0 + seed),
                              "approximation_gap": gap(3.0), "capped": 0, "capped_per_theta": 0, "hit_cap": False})
@@ -270,31 +273,50 @@ def test_capacity_status_tables_the_encoders_done(tmp_path, monkeypatch, saved_f
     source = tmp_path / "runs" / "capacity" / "capacity.jsonl"
     touch(tmp_path, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "figures" / "capacity"
-    monkeypatch.setattr(sys, "argv", ["capacity_status.py", str(source), "--out", str(out)])
+    own = [tmp_path / "runs" / ("gap-%s.json" % split) for split in ("train", "test")]
+    for path, split, mean in zip(own, ("train", "test"), (12.5, 30.0)):  # the frozen run's, on encoder seed 1's images
+        path.write_text(json.dumps({"split": split, "label": "A-VI k=64", "images": [10, 11, 12, 13, 14],
+                                    "amortization_gap": gap(mean, 2.0)}))
+    monkeypatch.setattr(sys, "argv", ["capacity_status.py", str(source), "--out", str(out),
+                                      "--own", str(own[0]), "--own", str(own[1])])
     runpy.run_path(str(EXPERIMENTS / "capacity_status.py"), run_name="__main__")  # in-process: its figure is read
     assert (out / "capacity.jsonl").read_text() == source.read_text()
+    assert (out / "frozen-run-gap-test.json").read_text() == own[1].read_text()
     (ax,) = saved_figures["capacity.png"].axes  # widths as ticks; each point the mean over the two seeds
     assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "32"]
     points = {c.get_label(): list(c.lines[0].get_ydata()) for c in ax.containers}
     assert points == {"1 hidden layer, train images": [11.0, 5.0], "1 hidden layer, test images": [17.0, 11.0]}
     assert ax.get_ylabel().startswith("amortization gap")
     text = (out / "capacity.md").read_text()
-    assert text.startswith("Command: python experiments/capacity_status.py %s --out %s (4 encoders)" % (source, out))
+    assert text.startswith("Command: python experiments/capacity_status.py %s/capacity.jsonl --out %s --own "
+                           "%s/frozen-run-gap-train.json --own %s/frozen-run-gap-test.json (4 encoders)" % (out, out, out, out))
     table = {tuple(c.strip() for c in line.strip("|").split("|")[:3]): [c.strip() for c in line.strip("|").split("|")]
              for line in text.splitlines() if re.match(r"\| \d", line)}
     assert set(table) == {(w, "1", s) for w in ("8", "32") for s in ("train", "test")}
     # width 32, test: seeds' amortization gaps 10 and 12 → 11.0 ± 1.0 over seeds; one encoder at the epoch cap
     assert table[("32", "1", "test")][3:8] == ["2", "5", "110", "1", "11.0 ± 1.0"]
     assert table[("8", "1", "train")][7:] == ["11.0 ± 1.0", "1.5 ± 0.5", "3.0 ± 0.0"]
+    # on the same images: the frozen run's report beside the seed-1 encoders only (gap seed 1 drew its images)
+    same = text.split("On the same images")[1].splitlines()
+    assert [line for line in same if line.startswith("| train")] == [
+        "| train | 5 | the run's own (A-VI k=64, trained with the decoder) | | 12.5 ± 2.0 |",
+        "| train | 5 | fresh, k = 8, 1 hidden layer | 1 | 12.0 ± 1.0 |",
+        "| train | 5 | fresh, k = 32, 1 hidden layer | 1 | 6.0 ± 1.0 |"]
+    assert "0 → 0, 1 → 1" in text
 
 
 def test_the_driver_reports_capacity_from_existing_runs(root, capsys):
     touch(root, "runs/capacity/capacity.jsonl", text="".join(json.dumps(r) + "\n" for r in capacity_rows()))
+    for split in ("train", "test"):
+        touch(root, "runs/gap-vs-n/n2500/runs/mnist/A-VI_k_64-seed0/gap-%s.json" % split, text=json.dumps(
+            {"split": split, "label": "A-VI k=64", "images": [0, 1, 2, 3, 4], "amortization_gap": gap(5.0)}))
     status, out, err = drive(capsys, "capacity", "--report-only", "--root", root)
     assert status == 0, err
-    assert out[0] == "+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity"
+    assert out[0] == ("+ python experiments/capacity_status.py runs/capacity/capacity.jsonl --out figures/capacity --own "
+                      "runs/gap-vs-n/n2500/runs/mnist/A-VI_k_64-seed0/gap-train.json --own "
+                      "runs/gap-vs-n/n2500/runs/mnist/A-VI_k_64-seed0/gap-test.json")
     assert sorted(p.name for p in (root / "figures" / "capacity").iterdir()) == [
-        "capacity.jsonl", "capacity.md", "capacity.png"]
+        "capacity.jsonl", "capacity.md", "capacity.png", "frozen-run-gap-test.json", "frozen-run-gap-train.json"]
     assert (root / "runs" / "capacity" / "capacity.jsonl").exists()  # nothing deleted
 
 

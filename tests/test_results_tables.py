@@ -24,8 +24,6 @@ NOT_YET_REGENERATED = {
     **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
        for s in ("gap-vs-n/n1000",
                  "gap-vs-n/n2500", "gap-vs-n/n8000", "sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
-    **{"figures/gap-vs-n/n2500/reports/A-VI_k_64-seed0-gap-%s.json" % s: "measured (a gap report); only "
-       "experiments/audit_numbers.py prints its mean ± s.e., no report step" for s in ("train", "test")},
     "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
                                 "committed layout",
     "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
