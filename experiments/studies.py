@@ -75,12 +75,14 @@ STUDIES = {study.name: study for study in (
     Study("sa-vi", "A-VI against SA-VI (5 steps straight-through and unrolled, 20 steps), with gaps",
           "figures/sa-vi", "runs/sa-vi-*",
           lambda ctx: mirrored_gap_tables([("runs/%s" % cell, "figures/sa-vi/%s" % cell) for cell in SA_VI_CELLS],
-                                          "figures/sa-vi"),
+                                          "figures/sa-vi")
+          + [plot("figures/sa-vi/%s" % cell) for cell in SA_VI_CELLS],  # each summary.md with its command
           ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
     Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",
           "figures/gap-vs-n", "runs/gap-vs-n",
           lambda ctx: mirrored_gap_tables(cells_of("gap-vs-n", ("n%d" % n for n in GAP_VS_N_SIZES)),
-                                          "figures/gap-vs-n", "--by-n"),
+                                          "figures/gap-vs-n", "--by-n")
+          + [plot("figures/gap-vs-n/n%d" % n) for n in GAP_VS_N_SIZES],  # each summary.md with its command
           ("runs/gap-vs-n/n*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("capacity", "fresh encoders of 3 widths and 1–3 hidden layers on a frozen q(θ) (Cremer et al.)",
           "figures/capacity", "runs/capacity",
