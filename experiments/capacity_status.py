@@ -45,11 +45,18 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--own", action="append", default=[], help="a gap report of the frozen run (repeatable)")
     args = parser.parse_args()
-    rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
     try:
+        rows = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
         reports = [json.loads(Path(path).read_text()) for path in args.own]
     except (OSError, ValueError) as e:
-        sys.exit("capacity_status.py: cannot read a --own report: %s" % e)
+        sys.exit("capacity_status.py: cannot read %s" % e)
+    for path, report in zip(args.own, reports):
+        if not isinstance(report, dict) or any(key not in report for key in ("split", "label", "images",
+                                                                             "amortization_gap")):
+            sys.exit("capacity_status.py: %s is not a gap report (split, label, images, amortization_gap)" % path)
+    splits = [report["split"] for report in reports]
+    if len(set(splits)) < len(splits):
+        sys.exit("capacity_status.py: two --own reports of one split (%s): give one per split" % ", ".join(splits))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     copies = [(args.rows, out / "capacity.jsonl")] + [

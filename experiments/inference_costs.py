@@ -71,6 +71,16 @@ def seed0_run(folder):
     return runs[0]
 
 
+def machine():
+    """The CPU's model name (Linux's /proc/cpuinfo; elsewhere what platform knows) and the system."""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or platform.machine()
+    return "%s, %s" % (name, platform.system())
+
+
 def measure(folders, out, rounds):
     """One record per folder: its seed-0 run's label, what inference is for it, and every round's seconds."""
     if Path(out).exists():
@@ -92,7 +102,7 @@ def measure(folders, out, rounds):
         records.append({"folder": folder, "run": run, "label": config_label(result.config),
                         "how": "its own factor and a draw" if guide.can_infer_unseen else
                         "q* optimization, %d steps" % task.steps, "seconds": seconds, "date": when,
-                        "machine": "%s, %s" % (platform.processor() or platform.machine(), platform.system()),
+                        "machine": machine(),
                         "torch_threads": torch.get_num_threads()})
         print("%s: median %.2f ms" % (records[-1]["label"], 1000 * statistics.median(seconds)), flush=True)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -100,9 +110,20 @@ def measure(folders, out, rounds):
         f.write("".join(json.dumps(r) + "\n" for r in records))
 
 
+RECORD_KEYS = ("label", "how", "seconds", "date", "machine", "torch_threads")
+
+
 def table(path):
     """The Markdown table of a measure step's records: median ms per configuration and × A-VI's."""
+    if Path(path).is_dir():
+        raise AmortizedPyroError("%s is a folder: give measure's JSON-lines file" % path)
     records = read_jsonl(path)
+    if not records:
+        raise AmortizedPyroError("%s holds no records" % path)
+    for number, r in enumerate(records, 1):
+        if not isinstance(r, dict) or any(key not in r for key in RECORD_KEYS) or not r["seconds"]:
+            raise AmortizedPyroError("%s: record %d is not one of measure's (it needs %s, and some seconds)"
+                                     % (path, number, ", ".join(RECORD_KEYS)))
     medians = [statistics.median(r["seconds"]) for r in records]
     base = next((m for r, m in zip(records, medians) if r["label"].startswith("A-VI") and "," not in r["label"]),
                 None)
@@ -117,13 +138,20 @@ def table(path):
     return "\n".join(lines) + "\n"
 
 
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("%d: at least 1" % value)
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     steps = parser.add_subparsers(dest="step", required=True)
     timed = steps.add_parser("measure", help="time inference per folder's seed-0 run into a JSON-lines file")
     timed.add_argument("folders", nargs="+")
     timed.add_argument("--out", required=True)
-    timed.add_argument("--rounds", type=int, default=21)
+    timed.add_argument("--rounds", type=positive, default=21)
     drawn = steps.add_parser("table", help="draw OUT/inference.md from measure's file")
     drawn.add_argument("records")
     drawn.add_argument("--out", required=True)

@@ -90,7 +90,7 @@ STUDIES = {study.name: study for study in (
                                 "--out", "figures/capacity")
                                + tuple(x for split in ("train", "test")
                                        for x in ("--own", ctx.one(OWN_REPORT % split))))],
-          ("runs/capacity/capacity.jsonl",),
+          ("runs/capacity/capacity.jsonl",) + tuple(OWN_REPORT % split for split in ("train", "test")),
           needs=(Need("gap-vs-n", ((GAP_VS_N % 2500) + "/summary.json",) + tuple(OWN_REPORT % split for split in (
               "train", "test")), "a finished A-VI k = 64 run at N = 2,500 and its gap reports"),)),
     Study("held-out", "where the held-out gap comes from: fresh encoders on subsets, transductive, regularized",

@@ -143,16 +143,20 @@ def test_an_empty_speed_panel_says_so_and_shows_no_axes(tmp_path, baselines, say
 
 def test_summary_gives_the_standard_error_over_seeds():
     """3 seeds with final ELBOs −1, −2, −6 nats/obs: −3.00 ± sd/√3 = 1.53 (their sd is 2.65); one seed: no ±;
-    the steps column is the last record's iteration (2 epochs of 10 steps); N is said under the table."""
+    the steps column is the last record's iteration (2 epochs of 10 steps), each seed's where they differ; N is said
+    under the table."""
     rows = [metrics("A-VI k=8", seed, 2, elbo_per_obs=value, time=0.2, train_plugin_mse=0.05)
             for seed, value in enumerate((-1.0, -2.0, -6.0))]
     rows.append(metrics("constant-VI", 0, 2, elbo_per_obs=-4.0, time=0.2, train_plugin_mse=0.06))
+    rows += [metrics("A-VI k=16", 0, 2, elbo_per_obs=-4.0, time=0.2, train_plugin_mse=0.06),
+             metrics("A-VI k=16", 1, 5, elbo_per_obs=-4.0, time=0.5, train_plugin_mse=0.06, n_obs=20)]
     text = format_summary(Results(rows).summary())
     cells = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines() if line.startswith("| d |")}
     se = statistics.stdev((-1.0, -2.0, -6.0)) / math.sqrt(3)
-    assert cells["A-VI k=8"][3:5] == ["2", "20"] and "\nd: N 10 training images." in text
+    assert cells["A-VI k=8"][3:5] == ["2", "20"] and "\nd: N 10, 20 training images." in text
     assert cells["A-VI k=8"][5] == "-3.00 ± %.2f" % se == "-3.00 ± 1.53"
     assert cells["constant-VI"][5] == "-4.00"  # one seed: no spread to give
+    assert cells["A-VI k=16"][3:5] == ["2/5", "20/50"]  # seeds of different lengths: each length
     assert "standard error over seeds" in text and "one seed: no ±" in text and "sd over seeds" not in text
 
 

@@ -50,3 +50,26 @@ def test_measure_refuses_a_file_that_is_there_and_a_folder_without_a_finished_ru
     done = script("measure", tmp_path / "cell", "--out", tmp_path / "new.jsonl")
     assert done.returncode == 1 and "no finished seed-0 run" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_measure_times_trained_runs_and_table_reads_its_records(tmp_path):
+    """Two tiny trained runs (A-VI and F-VI, one epoch): measure writes one record per folder with every round's
+    time (F-VI: its q* optimization's steps, 3 rounds) that `table` then draws, A-VI the base of the ratios."""
+    small = ["--dataset", "mnist-sample", "--n-obs", "40", "--n-test", "10", "--epochs", "1", "--hidden", "8",
+             "--z-dim", "2", "--predictive-draws", "0", "--no-progress"]
+    for cell, guide in (("a-vi", ["--guide", "amortized", "--width", "4"]), ("f-vi", ["--guide", "per-datapoint"])):
+        run = tmp_path / cell / "runs" / "mnist-sample" / ("%s-seed0" % cell)
+        done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", *small, *guide, "--out", str(run)],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    records = tmp_path / "inference.jsonl"
+    done = script("measure", tmp_path / "a-vi", tmp_path / "f-vi", "--out", records, "--rounds", 2)
+    assert done.returncode == 0, done.stderr
+    a_vi, f_vi = [json.loads(line) for line in records.read_text().splitlines()]
+    assert a_vi["label"] == "A-VI k=4" and len(a_vi["seconds"]) == 2 and a_vi["how"] == "its own factor and a draw"
+    assert f_vi["label"] == "F-VI" and len(f_vi["seconds"]) == 3 and f_vi["how"].startswith("q* optimization, ")
+    assert a_vi["torch_threads"] >= 1 and a_vi["date"] and a_vi["machine"]
+    done = script("table", records, "--out", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "| A-VI k=4 | its own factor and a draw | 2 |" in (tmp_path / "inference.md").read_text()
+    assert script("measure", tmp_path / "a-vi", "--out", records).returncode == 1  # never over the records

@@ -140,7 +140,7 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
         reached = ("%s (%d/%d seeds)" % (plus_minus(r["iterations_to_leave"], "%.0f"), r["seeds_leaving"],
                                          r["seeds"]) if r["seeds_leaving"] else "not reached")
         lines.append("| %s |" % " | ".join([
-            r["dataset"], r["label"], str(r["seeds"]), str(r["epochs"]), str(r["steps"]), plus_minus(r["elbo_per_obs"], "%.2f")]
+            r["dataset"], r["label"], str(r["seeds"]), r["epochs"], r["steps"], plus_minus(r["elbo_per_obs"], "%.2f")]
             + [num(r[key], "%.2f") for _, key in gaps]
             + [plus_minus(r[key], "%.4f") for key in MSE_KEYS[0::2] + MSE_KEYS[1::2]]
             + [num(r["mse_ratio"], "%.2f"), r["uses_z"], plus_minus(r["ms_per_epoch"], "%.0f"), reached]))
@@ -148,7 +148,7 @@ def format_summary(table, fraction=PLATEAU_FRACTION, failures=()):
         rows = [r for r in table if r["dataset"] == dataset]
         b = rows[0]["mean_image_mse"]
         lines.append("\n%s: N %s training images%s." % (
-            dataset, ", ".join(str(n) for n in sorted({r["n_obs"] for r in rows})), "; the mean training image, "
+            dataset, ", ".join(map(str, sorted({n for r in rows for n in r["n_obs"]}))), "; the mean training image, "
             "which ignores z, has train MSE %.4f and test MSE %.4f" % (b["train_mse"], b["test_mse"]) if b else ""))
     if table:
         text = spread([r["seeds"] for r in table], "± is the standard error over seeds of their mean (their "

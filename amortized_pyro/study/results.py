@@ -124,9 +124,10 @@ class Results:
         for (dataset, name), runs in groups.items():
             finals = [rows[-1] for rows in runs]
             reached = [iterations_to_leave(rows, self.baseline(dataset), fraction) for rows in runs]
-            row = {"dataset": dataset, "label": name, "seeds": len(runs), "epochs": finals[0]["epoch"],
-                   "steps": finals[0]["iteration"],
-                   "n_obs": finals[0]["n_obs"],
+            row = {"dataset": dataset, "label": name, "seeds": len(runs),
+                   # each distinct value over the seeds ("2300/2600": seeds stopped by a rule at different lengths)
+                   "epochs": distinct(f["epoch"] for f in finals), "steps": distinct(f["iteration"] for f in finals),
+                   "n_obs": sorted({f["n_obs"] for f in finals}),
                    "elbo_per_obs": mean_stderr([f["elbo_per_obs"] for f in finals]),
                    "ms_per_epoch": mean_stderr([ms_per_epoch(f["time"], f["epoch"]) for f in finals]),  # summary.json's
                    "iterations_to_leave": mean_stderr([r for r in reached if r is not None]),
@@ -145,6 +146,11 @@ class Results:
             negative = reference is not None and reference["elbo_per_obs"][0] < 0
             row["gap_to_fvi_percent"] = 100 * gap / abs(reference["elbo_per_obs"][0]) if negative else math.nan
         return sorted(table, key=lambda r: (r["dataset"], display_order(r["label"])))
+
+
+def distinct(values):
+    """The distinct values, sorted, joined by "/" (one value: itself, as text)."""
+    return "/".join(str(v) for v in sorted(set(values)))
 
 
 def _round(images):
