@@ -106,6 +106,8 @@ def assert_floor(result, best, log_joint, x, guide, score, settings):
     gap = torch.tensor(result["per_image"]["amortization_gap"])
     won = torch.tensor(result["per_image"]["q_star_from"])
     se = score_se(log_joint, x, (best.loc, best.log_scale.exp()), guide, score, settings.samples)
+    # the report's own per-image standard error of the gap: the same, computed apart
+    assert torch.allclose(torch.tensor(result["per_image"]["amortization_gap_stderr"]), se)
     assert (gap[won == 0].abs() < 1e-9).all()
     assert (gap > -4 * math.sqrt(2) * se - 1e-9).all(), (gap, se)
     assert list(result["q_star_from"].values()) == torch.bincount(won, minlength=len(result["q_star_from"])).tolist()
@@ -155,6 +157,10 @@ def test_a_decoder_that_is_another_function_of_z_at_each_draw_reads_no_gap_below
     assert result["q_star_from"]["the guide's factor after 5 refinement steps"] > 0  # the rows near the guide's
     assert sum(result["q_m_star_from"].values()) == N * SETTINGS.theta_draws
     assert result["coupling_gap"]["mean"] > 0
+    # the coupling gap's standard error holds the score draws' part of L(q*), computed apart, and more (the θ_m's)
+    scored = per_draw(random_decoder, x, best.loc, best.log_scale.exp(), score.at("score"), SETTINGS.samples)
+    coupling_se = torch.tensor(result["per_image"]["coupling_gap_stderr"])
+    assert (coupling_se > scored.std(0) / math.sqrt(len(score))).all()
     assert "q* per image came from: the guide's factor: %d;" % (won == 0).sum() in format_gap(dict(
         result, n_images=N, run="hand-written", split="test", optimized_plugin_mse=0.0))
 
@@ -246,3 +252,19 @@ def test_measure_chooses_on_draws_of_its_own():
     report.update(run="r", split="test", n_images=5, guide="shared", width=None, seed=0, label="constant-VI")
     old = {k: v for k, v in report.items() if k != "select_draws"}
     assert "may read below 0" in format_reports([old]) and "may read below 0" not in format_reports([report])
+
+
+def test_scoring_stderrs_are_the_draws_standard_errors_of_each_gap():
+    """By hand: S = 4 per-draw differences 1, 3, 5, 7 (sd √(20/3)) → √(20/3) / 2; the coupling gap's two
+    independent sets, M = 2 values 0, 2 (variance 2) and S = 4 values of L(q*) 0, 0, 4, 4 (variance 16/3) →
+    √(2/2 + (16/3)/4); one draw in a set, or no guide, no coupling: None."""
+    from amortized_pyro.local.estimates import scoring_stderrs
+    optimized = torch.tensor([[0.0], [0.0], [4.0], [4.0]])
+    guide = optimized - torch.tensor([[1.0], [3.0], [5.0], [7.0]])
+    per_theta = torch.tensor([[0.0], [2.0]])
+    found = scoring_stderrs(optimized, guide, per_theta)
+    assert found["amortization_gap_stderr"].item() == pytest.approx(math.sqrt(20 / 3) / 2)
+    assert found["coupling_gap_stderr"].item() == pytest.approx(math.sqrt(1 + 4 / 3))
+    assert scoring_stderrs(optimized[:1], guide[:1], per_theta) == {"amortization_gap_stderr": None,
+                                                                     "coupling_gap_stderr": None}
+    assert scoring_stderrs(optimized, None, None) == {"amortization_gap_stderr": None, "coupling_gap_stderr": None}

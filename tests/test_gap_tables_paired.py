@@ -170,6 +170,22 @@ def test_per_image_gaps_below_zero_are_counted_per_row_with_the_lowest(tmp_path,
             and "amortization gap: A-VI k=8 train 2 of 8 (lowest -2.25; row mean 1.9)." in text), text
 
 
+def test_a_value_below_zero_is_said_in_its_own_scoring_standard_errors_where_the_report_kept_them(tmp_path,
+                                                                                                  monkeypatch):
+    """Item 4's "scoring noise, with its size": seed 0's report keeps each value's scoring s.e. (−0.5 with 0.5:
+    1.0 s.e.; −2.25 with 0.75: 3.0 s.e.), seed 1's (an earlier report) none; the note says by how many."""
+    images = range(4)
+    reports = {seed: measured("A-VI k=8", "train", seed, images, gaps) for seed, gaps in (
+        (0, [3.0, -0.5, 5.0, -2.25]), (1, [1.0, -1.0, 3.0, 4.0]))}
+    reports[0]["per_image"]["amortization_gap_stderr"] = [1.0, 0.5, 1.0, 0.75]
+    for seed, report in reports.items():
+        write_run(tmp_path / "study", "A-VI_k_8-seed%d" % seed, [report], seed=seed, n_obs=100)
+    run_script(monkeypatch, "gap_tables.py", tmp_path / "study", "--out", tmp_path / "out")
+    text = (tmp_path / "out" / "gaps.md").read_text()
+    assert "A-VI k=8 train 3 of 8 (lowest -2.25; row mean 1.5; 2 of them with their scoring s.e., by at most " \
+           "3.0 s.e.)" in text, text
+
+
 def test_the_table_gives_ais_minus_iwae_from_the_reports_not_from_rounded_columns(tmp_path, monkeypatch):
     """Item 5's AIS − IWAE: its own last column, pooled from the reports' per-image IWAE − AIS, sign turned."""
     values = {s: [-3.0 - 0.013 * i - 0.3 * s for i in range(IMAGES)] for s in SEEDS}

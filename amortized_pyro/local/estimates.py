@@ -81,3 +81,19 @@ def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUN
 def local_elbo(log_joint, x, loc, scale, draws, samples, chunk=CHUNK, flow=None):
     """L_n(q) per image [n]: the mean over the draws θ_m of L_n(q; θ_m), each by ``samples`` z draws."""
     return per_draw(log_joint, x, loc, scale, draws, samples, "mean", chunk, flow).mean(0)
+
+
+def scoring_stderrs(optimized, guide, per_theta):
+    """Per image, the standard error that the draws' Monte Carlo noise gives each gap that is ≥ 0 in theory, from
+    the per-draw values [draws, n]: the amortization gap's, over its S per-draw differences L_n(q*; θ'_s) −
+    L_n(q_guide; θ'_s) on common random numbers, sd / √S; the coupling gap's, from its two independent sets,
+    √(var_m L_n(q*_m; θ_m) / M + var_s L_n(q*; θ'_s) / S). A value below zero by a few of these is scoring noise;
+    by many, an optimum that is not one. None where the gap is not measured or a set has one draw."""
+    def variance_of_mean(values):
+        return values.var(0) / values.shape[0] if values.shape[0] > 1 else None
+
+    def root(*variances):
+        return None if any(v is None for v in variances) else sum(variances).sqrt()
+    return {"amortization_gap_stderr": None if guide is None else root(variance_of_mean(optimized - guide)),
+            "coupling_gap_stderr": None if per_theta is None else root(variance_of_mean(per_theta),
+                                                                       variance_of_mean(optimized))}

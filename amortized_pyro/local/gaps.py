@@ -75,7 +75,7 @@ from tqdm.auto import tqdm
 
 from amortized_pyro.local.ais import ais_log_marginal
 from amortized_pyro.local.draws import Draws
-from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw
+from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw, scoring_stderrs
 from amortized_pyro.local.optimize import Optimum, StoppingRule, converge, pick, refine
 from amortized_pyro.settings import Checked, setting
 
@@ -253,10 +253,13 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
         per_theta, won_m = best_of(log_joint, x, fit.at("select"), samples, chunk, per_theta=True, candidates=[
             Optimum(best.loc, best.log_scale, optimized_m.steps, optimized_m.capped, best.flow), optimized_m])
     scored = score.at("score")
-    elbo_optimized = local_elbo(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, chunk, best.flow)
+    optimized_draws = per_draw(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, "mean", chunk,
+                               best.flow)  # [S, n]: L_n(q*; θ'_s)
+    elbo_optimized = optimized_draws.mean(0)
     q_m = (per_theta.loc, per_theta.log_scale.exp())
-    elbo_per_theta = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk,
-                              per_theta.flow).mean(0) if coupling else None
+    per_theta_draws = per_draw(log_joint, x, *q_m, fit.at("score"), samples, "mean", chunk,
+                               per_theta.flow) if coupling else None  # [M, n]: L_n(q*_m; θ_m)
+    elbo_per_theta = per_theta_draws.mean(0) if coupling else None
     log_px = per_draw(log_joint, x, *q_m, fit.at("iwae"), settings.importance_samples, "logmeanexp", chunk,
                       per_theta.flow).mean(0)
     log_px_ais = None
@@ -264,7 +267,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
         with bar("AIS") as ais_bar:
             log_px_ais = ais_log_marginal(log_joint, x, *q_m, fit.at("ais"), settings.ais_steps, settings.ais_chains,
                                           settings.leapfrog, chunk, ais_bar, per_theta.flow).mean(0)
-    elbo_guide = local_elbo(log_joint, x, *start, scored, samples, chunk, flow) if factor is not None else None
+    guide_draws = per_draw(log_joint, x, *start, scored, samples, "mean", chunk, flow) if factor is not None else None
+    elbo_guide = guide_draws.mean(0) if factor is not None else None
     elbo_gaussian = None if gaussian is None else local_elbo(log_joint, x, gaussian.loc, gaussian.log_scale.exp(),
                                                              scored, samples, chunk)
     per_image = {"elbo_guide": elbo_guide, "elbo_optimized": elbo_optimized, "elbo_per_theta": elbo_per_theta,
@@ -281,6 +285,7 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                                            chunk) if k else per_image["amortization_gap"]  # 0: the same estimate
         rows.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
     result = {name: summarize(values) for name, values in per_image.items()}
+    per_image.update(scoring_stderrs(optimized_draws, guide_draws, per_theta_draws))
     capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum()) if coupling else 0
     per_image["q_star_from"] = won  # each image's winner: its index among q_star_from's names
     result.update(settings=asdict(settings), theta_draws=len(fit), score_draws=len(score),

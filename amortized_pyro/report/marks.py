@@ -114,22 +114,33 @@ def cap_notes(groups):
 SIGNED_GAPS = (("amortization_gap", "amortization gap"), ("coupling_gap", "coupling gap"))
 
 
+def with_stderrs(per_image, name):
+    """(value, its scoring standard error or None) per image: the report's ``NAME_stderr`` where it kept one
+    (:func:`~amortized_pyro.local.estimates.scoring_stderrs`; reports before it did not)."""
+    values, stderrs = per_image.get(name) or (), per_image.get(name + "_stderr")
+    return zip(values, stderrs or [None] * len(values))
+
+
 def below_zero_notes(groups):
     """The note that counts the per-image amortization and coupling gaps below zero (each ≥ 0 in theory), over
     the table and per row, with the lowest value beside the row's mean: every L is estimated on fresh θ and z
     draws, so a gap near zero can read a little below it (scoring noise); an amortization gap far below zero
-    means q* is not the optimum on that image. Empty where none is below zero."""
+    means q* is not the optimum on that image; where the reports kept each value's scoring standard error, by how
+    many of them the values lie below zero (a few: scoring noise). Empty where none is below zero."""
     parts, total, below = [], 0, 0
     for name, words in SIGNED_GAPS:
         rows = []
         for (label, split), group in ordered(groups):
-            values = [v for r in group for v in (r.get("per_image") or {}).get(name) or ()]
-            total, low = total + len(values), [v for v in values if v < 0]
+            pairs = [pair for r in group for pair in with_stderrs(r.get("per_image") or {}, name)]
+            total, low = total + len(pairs), [(v, se) for v, se in pairs if v < 0]
             below += len(low)
             if low:
                 mean = gap_over_seeds(group, name)["mean"]
-                rows.append("%s %s %d of %d (lowest %.2f; row mean %.1f)" % (label, split, len(low), len(values),
-                                                                           min(low), mean))
+                scaled = [-v / se for v, se in low if se]  # how many of its own scoring s.e. each lies below 0
+                noise = "; %d of them with their scoring s.e., by at most %.1f s.e." % (len(scaled), max(scaled)) \
+                    if scaled else ""
+                rows.append("%s %s %d of %d (lowest %.2f; row mean %.1f%s)" % (
+                    label, split, len(low), len(pairs), min(v for v, _ in low), mean, noise))
         if rows:
             parts.append("%s: %s" % (words, "; ".join(rows)))
     if not below:
