@@ -154,3 +154,18 @@ def test_the_gaps_figure_draws_never_seen_images_only_where_they_were_never_seen
     points = {c.get_label(): len(c.lines[0].get_xdata()) for c in ax.containers}
     assert points["training images a subset encoder never saw"] == 1  # the subset encoder's point alone
     assert points["held-out images"] == 3 and points["training images"] == 3
+
+
+def test_the_table_counts_each_rows_gaps_below_zero_and_says_why():
+    """Issue 49, item 4: per (encoder, image set) the per-image gaps below zero, with the lowest and the row's mean
+    over runs (runs of means 1.0 and 3.0: 2.0); a study with none says so."""
+    from amortized_pyro.report.held_out import format_held_out
+    base = dict(width=4, train_on="train", regularizer="none", encoder="k=4 on train", n_train=60, epochs=10,
+                encoder_capped=False, reached_target=True, refinement=[])
+    rows = [dict(base, set="test", run=run, per_image=values, amortization_gap={"mean": sum(values) / 4, "stderr": 1.0})
+            for run, values in (("a", [2.0, -0.5, 4.0, -1.5]), ("b", [3.0, 3.0, 3.0, 3.0]))]
+    text = format_held_out(rows, [])
+    assert "2 of 8 per-image amortization gaps of fresh encoders are below zero: k=4 on train, test: 2 of 8 " \
+           "(lowest -1.50; row mean 2.0)." in text and "q* is not the optimum there" in text
+    rows[0]["per_image"] = [2.0, 0.5, 4.0, 1.5]
+    assert "No per-image amortization gap of a fresh encoder is below zero (8 values)." in format_held_out(rows, [])
