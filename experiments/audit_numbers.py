@@ -59,16 +59,16 @@ def held_out():
 
 
 def gap_vs_n():
-    print("\n## gap-vs-n (figures/gap-vs-n/n*/reports)")
+    print("\n## gap-vs-n (figures/gap-vs-n/n*/runs/*/*/gap-*.json)")
     for n in ("1000", "2500", "8000"):
         beat = defaultdict(int)
         total, ais_iwae = 0, []
-        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/reports/*-gap-train.json" % n)))):
+        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/runs/*/*/gap-train.json" % n)))):
             report = json.loads(Path(path).read_text())
             total += len(report["images"])
             for row in report["refinement"]:
                 beat[row["steps"]] += sum(v < 0 for v in row["per_image"])
-        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/reports/*.json" % n)))):
+        for path in sorted(glob.glob(str(ROOT / ("figures/gap-vs-n/n%s/runs/*/*/gap-*.json" % n)))):
             report = json.loads(Path(path).read_text())
             ais_iwae.append((report["split"], -report["iwae_minus_ais"]["mean"]))
         print("N %s: training images where refinement from the encoder's output beats q*: %s of %d; AIS − IWAE per "

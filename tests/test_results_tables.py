@@ -22,10 +22,7 @@ COMMENT = re.compile(r"<!-- numbers from: ([^>]*?) -->\n\Z")
 _PLOT = "`python -m amortized_pyro plot` redraws it from the committed results.jsonl"
 NOT_YET_REGENERATED = {
     **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
-       for s in ("gap-vs-n/n1000",
-                 "gap-vs-n/n2500", "gap-vs-n/n8000", "sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
-    "figures/gap-vs-n/gaps.md": "its command reads runs/gap-vs-n, gone; gap_tables.py finds no reports in the "
-                                "committed layout",
+       for s in ("sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
     "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
     "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone, and printed without "
                                      "their rounds; to be measured again into inference.jsonl (inference_costs.py "
@@ -34,12 +31,9 @@ NOT_YET_REGENERATED = {
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"
-_GAP_VS_N = "does-the-held-out-gap-shrink-as-n-grows-one-pool-one-convergence-criterion-3-seeds"
-_AIS = "AIS − IWAE: gaps.md's two log p(x) columns subtracted by hand"
 UNSOURCED = {  # (section anchor, |number|): why it is in no committed file
     (_Z, 50000): "the original preset's length (6,250 epochs of 8 steps), a setting",
     (_Z, 0.001): "q(θ)'s initial scale, a setting of experiments/informative.toml",
-    **{(_GAP_VS_N, v): _AIS for v in (3.7, 11.3, 17.3, 17.6)},
 }
 
 

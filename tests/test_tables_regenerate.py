@@ -15,9 +15,10 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
-          "figures/beta/beta.md", "figures/converged/gaps.md"] + ["figures/%s/summary.md" % study for study in (
-              "offline", "offline-long", "seed-study-cpu", "seed-long-study-cpu", "original-study-cpu",
-              "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
+          "figures/beta/beta.md", "figures/converged/gaps.md", "figures/gap-vs-n/gaps.md"] + [
+              "figures/%s/summary.md" % study for study in (
+              "gap-vs-n/n1000", "gap-vs-n/n2500", "gap-vs-n/n8000", "offline", "offline-long", "seed-study-cpu",
+              "seed-long-study-cpu", "original-study-cpu", "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
               "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")]
 
 
