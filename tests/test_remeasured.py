@@ -51,11 +51,12 @@ def test_a_bad_revision_or_an_empty_folder_is_one_line(tmp_path):
 
 
 def test_reports_an_earlier_layout_kept_flat_are_found(tmp_path):
-    """--flat: the revision kept the reports as RUN-gap-SPLIT.json in one folder (gap-vs-n's reports/)."""
-    flat = ROOT / "figures" / "gap-vs-n" / "n1000" / "reports"
+    """--flat: the revision kept the reports as RUN-gap-SPLIT.json in one folder (as gap-vs-n's reports/ were, from
+    which tests/data/flat-reports holds one)."""
+    flat = ROOT / "tests" / "data" / "flat-reports"
     run = tmp_path / "runs" / "mnist" / "A-VI_k_64-seed0"
     run.mkdir(parents=True)
     shutil.copy(flat / "A-VI_k_64-seed0-gap-train.json", run / "gap-train.json")
-    done = remeasured("figures/gap-vs-n/n1000=%s" % tmp_path, "--before", "HEAD", "--flat", flat.relative_to(ROOT))
+    done = remeasured("tests/data/flat-reports=%s" % tmp_path, "--before", "HEAD", "--flat", flat.relative_to(ROOT))
     assert done.returncode == 0, done.stderr
     assert "largest |now - then| of log_px over 20 per-image values: 0.000\n" in done.stdout
