@@ -196,3 +196,17 @@ def test_iwae_against_ais_says_which_bound_is_tighter_and_what_to_raise():
     words = gap_text(4.0)
     assert "IWAE is the tighter lower bound here" in words and "--ais-steps" in words and "DISAGREE" not in words
     assert "agree within 3 s.e." in gap_text(1.0)
+
+
+def test_a_gap_table_without_per_image_values_says_its_errors_are_over_the_seeds_means():
+    """A results.jsonl keeps the reports without their per-image values: its summary's gap table pools the seeds'
+    image means (here 2.0 and 4.0: 3.0 ± 1.0), and says so rather than "over seeds and images together"."""
+    from amortized_pyro.report.tables import format_reports
+    reports = [{"label": "A-VI k=8", "split": "train", "seed": seed, "n_images": 5, "amortization_gap":
+                {"mean": mean, "stderr": 0.1}, "coupling_gap": None, "approximation_gap": {"mean": 1.0, "stderr": 0.1},
+                "refinement": [], "capped": 0, "capped_per_theta": 0, "hit_cap": False, "score_draws": 8,
+                "optimized_plugin_mse": 0.01, "settings": {"importance_samples": 10},
+                "select_draws": 8} for seed, mean in ((0, 2.0), (1, 4.0))]
+    text = format_reports(reports)
+    assert "| 3.0 ± 1.0 |" in text and "over the seeds' image means" in text
+    assert "over seeds and images together" not in text

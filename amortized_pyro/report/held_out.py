@@ -88,8 +88,8 @@ def format_held_out(rows, references):
 
 def below_zero(rows):
     """The note that counts each row's per-image amortization gaps below zero, with the lowest beside the row's
-    mean: the one q* per image and run was chosen among the run's own encoder's candidates, never this fresh
-    encoder's factor, so a fresh encoder can beat it (q* is then not the optimum: the image's true gap is ≥ 0 and
+    mean: the one q* per image and run never had this fresh encoder's factor among its candidates, so a fresh
+    encoder can beat it (q* is then not the optimum: the image's true gap is ≥ 0 and
     unknown), besides the scoring noise of a gap near zero."""
     found, total, below = [], 0, 0
     for (encoder, name), group in groups(rows).items():
@@ -102,7 +102,7 @@ def below_zero(rows):
     if not found:
         return ["\nNo per-image amortization gap of a fresh encoder is below zero (%d values)." % total]
     return ["\n%d of %d per-image amortization gaps of fresh encoders are below zero: %s. Each is L(q*) − L(encoder) "
-            "against the run's one q* per image, chosen among its own encoder's candidates, not this encoder's: "
+            "against the run's one q* per image, which never had this encoder's factor among its candidates: "
             "where a fresh encoder's factor is better, q* is not the optimum there (the image's true gap is ≥ 0, "
             "and not known), besides the scoring noise of a gap near zero." % (
                 below, total, "; ".join(found))]

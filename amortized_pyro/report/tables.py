@@ -101,10 +101,14 @@ def format_reports(reports):
         lines += ["| %s | %s | %s | %s |" % (label, split, plus_minus(best), plus_minus(gain))
                   for label, split, best, gain in flows]
     lines += cap_notes(groups) + below_zero_notes(groups)
-    text = spread([len(group) for group in groups.values()], "± is the standard error over seeds and images "
-                  "together (a random-effects reading: images nested in seeds where each seed had its own images, "
-                  "crossed where all had the same; amortized_pyro.gap.pooling)", "± is the standard error over the "
-                  "images (θ draws, z draws and the trained run held fixed)")
+    pooled = "± is the standard error over seeds and images together (a random-effects reading: images nested in " \
+             "seeds where each seed had its own images, crossed where all had the same; amortized_pyro.gap.pooling)"
+    if any(not r.get("per_image") for r in reports):  # e.g. the rows of a results.jsonl
+        pooled = "± is the standard error over the seeds' image means where a report's per-image values are not at " \
+                 "hand (a results.jsonl keeps none: the gap tables drawn from the reports pool seeds and images, " \
+                 "and give the median and 90th percentile)"
+    text = spread([len(group) for group in groups.values()], pooled, "± is the standard error over the images (θ "
+                  "draws, z draws and the trained run held fixed)")
     lines.append("\nnats per image; %s. Median and 90th percentile: over every (seed, image) value. A guide without "
                  "a factor for held-out images (F-VI) has no L(guide) on test images (n/a)." % text)
     old = sum("score_draws" not in r for r in reports)
