@@ -14,8 +14,9 @@
 #                 the original study at its full length (experiments/studies-end.sh, STUDIES=original): its 7
 #                 configurations at once, 5 seeds each as replicas, until they end or DEADLINE seconds (default 540) have passed, when they are stopped by SIGTERM at a checkpoint; every file but the .pt ones,
 #                 and the A-VI k = 64 runs' params.pt (for their gaps)
-# Switches: BENCH=0 skips the benches, SUITE=0 the whole suite (the CUDA tests still run), END=0 the studies;
-# WORKERS, PYTEST_LIMIT: pytest's workers and time limit.
+# Switches: BENCH=0 skips the benches, SUITE=0 the whole suite, CUDA_TESTS=0 the CUDA tests, END=0 the studies;
+# STUDIES (default original; seed, or "seed original"), SEEDS (0,1,2,3,4), REPLICAS (5), JOBS (7): the studies' settings
+# (e.g. a resumed call: CUDA_TESTS=0 BENCH=0 SUITE=0 STUDIES=seed JOBS=6), GUIDES (experiments/studies-end.sh's); WORKERS, PYTEST_LIMIT: pytest's workers and time limit.
 # Give the device tool's run a timeout_s of at least DEADLINE + 60: the studies' stop, the archives and the output
 # come after DEADLINE, and a run killed at its limit brings nothing back (2026-11-26: 235 s against 270 s lost all).
 set -u
@@ -35,14 +36,15 @@ echo "[$SECONDS s] bench_step" | tee -a "$OUT/bench.txt"
 studies=
 if [ "${END:-1}" = 1 ]; then
 echo "[$SECONDS s] studies start" | tee -a "$OUT/bench.txt"
-DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 RUNS=runs/cuda CHECKPOINT=1m JOBS=7 STUDIES=original \
+DEVICE=cuda SEEDS=${SEEDS:-0,1,2,3,4} REPLICAS=${REPLICAS:-5} RUNS=runs/cuda CHECKPOINT=1m JOBS=${JOBS:-7} \
+  STUDIES=${STUDIES:-original} \
   bash experiments/studies-end.sh .gpu/mnist &
 studies=$!
 fi
 # the tests that need CUDA first (the machine lent on 2026-11-26 gave the process one CPU: nproc 1, so the whole
 # suite did not fit one call), then the whole suite as far as PYTEST_LIMIT allows
-timeout 120 python3 -m pytest -q -rfE --tb=line -p no:cacheprovider -k "cuda" tests/test_training.py tests/test_replicas.py \
-  tests/test_cli.py > "$OUT/pytest-cuda.txt" 2>&1
+[ "${CUDA_TESTS:-1}" = 1 ] && timeout 120 python3 -m pytest -q -rfE --tb=line -p no:cacheprovider -k "cuda" \
+  tests/test_training.py tests/test_replicas.py tests/test_cli.py > "$OUT/pytest-cuda.txt" 2>&1
 if [ "${SUITE:-1}" = 1 ]; then
   timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
     > "$OUT/pytest.txt" 2>&1

@@ -12,7 +12,8 @@
 #   python experiments/plateau_report.py runs/end-*/ --out figures/studies-end
 #   python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
 # Use: experiments/studies-end.sh MNIST_IDX_FOLDER, or all through the driver: python experiments/study.py studies-end
-# STUDIES=original runs one study only (default: seed original); JOBS=1 runs one job at a time, e.g. beside
+# STUDIES=original runs one study only (default: seed original), GUIDES=per-datapoint one guide's runs only
+# (default: amortized per-datapoint shared); JOBS=1 runs one job at a time, e.g. beside
 # another heavy job on a 2-core machine. On a GPU (issue 51): DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 trains the
 # seeds of each configuration as replicas of one batched model, RUNS=runs/cuda keeps them apart from the CPU's
 # seed-0 runs, CHECKPOINT=1m checkpoints more often, JOBS=7 runs every configuration at once (the GPU is far from
@@ -35,6 +36,7 @@ for study in ${STUDIES:-seed original}; do
 done
 for job in "${jobs[@]}"; do
   set -- $job
+  case " ${GUIDES:-amortized per-datapoint shared} " in *" $3 "*) ;; *) continue;; esac
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do sleep 5; done
   preset=experiments/$1-study.toml; [ "$2" = elbo ] && preset=experiments/$1-study-elbo.toml
   length=(); [ "$1" = original ] && length=(--epochs 6250)  # 50,000 steps of B = 1,000 at N = 8,000

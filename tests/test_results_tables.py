@@ -27,7 +27,6 @@ NOT_YET_REGENERATED = {
     "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone, and printed without "
                                      "their rounds; to be measured again into inference.jsonl (inference_costs.py "
                                      "measure) once every cell is trained again, then drawn from it",
-    "figures/studies-end/status.md": "its seed-study rows were printed from runs/end-seed-*, gone",
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"

@@ -19,7 +19,10 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
               "figures/%s/summary.md" % study for study in (
               "gap-vs-n/n1000", "gap-vs-n/n2500", "gap-vs-n/n8000", "offline", "offline-long", "seed-study-cpu",
               "seed-long-study-cpu", "original-study-cpu", "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
-              "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")]
+              "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")] + [
+              "figures/studies-end/cuda/end-seed-%s/summary.md" % run for run in (
+              "reference-amortized", "elbo-amortized", "reference-per-datapoint", "elbo-per-datapoint",
+              "reference-shared", "elbo-shared")]
 
 
 def command_of(text):

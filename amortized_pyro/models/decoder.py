@@ -242,7 +242,7 @@ class BayesianDecoderModel(LocalModule):
             theta = self.sample_decoder(zero)
         x, codes = self.split(x)
         if self.local_terms == "all":  # every image's z, unscaled; the minibatch's feed the likelihood
-            with pyro.plate("latents", self.n_obs), kl_scaled(kl_scale):
+            with pyro.plate("latents", self.n_obs, device=x.device), kl_scaled(kl_scale):
                 z = rows_of(pyro.sample("z", self.prior_z(zero, self.split(x_all)[1], theta)), idx)
         with data_plate(self.n_obs, idx):
             if self.local_terms != "all":

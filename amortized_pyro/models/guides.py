@@ -186,7 +186,7 @@ def _minibatch_plate(n_obs, x, idx, kl_scale=None, x_all=None):
 
 
 def _latents_plate(n_obs, x, idx, kl_scale=None, x_all=None):
-    return pyro.plate("latents", n_obs)
+    return pyro.plate("latents", n_obs, device=x.device)  # its indices gather a pack's rows on x's device
 
 
 def _minibatch_images(x, idx, kl_scale=None, x_all=None):
