@@ -12,7 +12,7 @@ images); the images, θ draws and z draws of a run are shared by all its encoder
 import numpy as np
 
 from amortized_pyro.gap.pooling import over_seeds
-from amortized_pyro.report.marks import plus_minus
+from amortized_pyro.report.marks import negatives, plus_minus
 from amortized_pyro.report.style import legend_outside, save_figure, subplots
 
 SET_STYLES = {"train": ("tab:blue", "o", "-"), "train-unseen": ("tab:orange", "s", ":"), "test": ("tab:red", "^", "--")}
@@ -94,11 +94,10 @@ def below_zero(rows):
     found, total, below = [], 0, 0
     for (encoder, name), group in groups(rows).items():
         values = [v for r in group for v in r["per_image"]]
-        total, low = total + len(values), [v for v in values if v < 0]
-        below += len(low)
-        if low:
-            found.append("%s, %s: %d of %d (lowest %.2f; row mean %.1f)" % (
-                encoder, name, len(low), len(values), min(low), over_seeds([r["amortization_gap"] for r in group])["mean"]))
+        total, below = total + len(values), below + sum(v < 0 for v in values)
+        found.append(negatives("%s, %s:" % (encoder, name), values,
+                               over_seeds([r["amortization_gap"] for r in group])["mean"]))
+    found = [text for text in found if text]
     if not found:
         return ["\nNo per-image amortization gap of a fresh encoder is below zero (%d values)." % total]
     return ["\n%d of %d per-image amortization gaps of fresh encoders are below zero: %s. Each is L(q*) − L(encoder) "

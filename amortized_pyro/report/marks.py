@@ -121,6 +121,15 @@ def with_stderrs(per_image, name):
     return zip(values, stderrs or [None] * len(values))
 
 
+def negatives(label, values, mean, detail=""):
+    """"LABEL n of N (lowest v; row mean m DETAIL)" for the values below zero among ``values`` (a row's per-image
+    gaps, each ≥ 0 in theory; ``mean``: the row's), or None where none is: the one form of every note that counts
+    them (:func:`below_zero_notes`, the held-out table's)."""
+    low = [v for v in values if v < 0]
+    return "%s %d of %d (lowest %.2f; row mean %.1f%s)" % (label, len(low), len(values), min(low), mean, detail) \
+        if low else None
+
+
 def below_zero_notes(groups):
     """The note that counts the per-image amortization and coupling gaps below zero (each ≥ 0 in theory), over
     the table and per row, with the lowest value beside the row's mean: every L is estimated on fresh θ and z
@@ -135,12 +144,11 @@ def below_zero_notes(groups):
             total, low = total + len(pairs), [(v, se) for v, se in pairs if v < 0]
             below += len(low)
             if low:
-                mean = gap_over_seeds(group, name)["mean"]
                 scaled = [-v / se for v, se in low if se]  # how many of its own scoring s.e. each lies below 0
                 noise = "; %d of them with their scoring s.e., by at most %.1f s.e." % (len(scaled), max(scaled)) \
                     if scaled else ""
-                rows.append("%s %s %d of %d (lowest %.2f; row mean %.1f%s)" % (
-                    label, split, len(low), len(pairs), min(v for v, _ in low), mean, noise))
+                rows.append(negatives("%s %s" % (label, split), [v for v, _ in pairs],
+                                      gap_over_seeds(group, name)["mean"], noise))
         if rows:
             parts.append("%s: %s" % (words, "; ".join(rows)))
     if not below:
