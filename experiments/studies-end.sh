@@ -23,6 +23,12 @@ cd "$(dirname "$0")/.."
 data=$1
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 mkdir -p "${RUNS:-runs}"
+for guide in ${GUIDES:-}; do
+  case $guide in amortized|per-datapoint|shared) ;;
+    *) echo "studies-end.sh: unknown guide '$guide' in GUIDES (amortized, per-datapoint, shared; space-separated)" >&2
+       exit 2;;
+  esac
+done
 jobs=()
 for study in ${STUDIES:-seed original}; do
   case $study in

@@ -125,9 +125,12 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if not torch.is_tensor(data) or data.dim() == 0:
             raise GuideError("the encoder's input (model argument %r) is not a tensor of datapoints"
                                      % self.encoder_input)
-        rows, batch, full = data.shape[0], len(indices), self.structure.full_size
+        # seeds packed as replicas (inference.replicas: the encoder's parameters stacked in front) read data
+        # [R, rows, ...] and, on minibatches, indices [R, B]
+        lead = int(getattr(self, "q_z", None) is not None and self.q_z.encoder.loc.weight.dim() > 2)
+        rows, batch, full = data.shape[lead], indices.shape[-1], self.structure.full_size
         if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
-            return data.index_select(0, indices.to(data.device))
+            return data.index_select(lead, indices.to(data.device))
         if rows == batch and batch != full:  # the batch, in the plate's order
             return data
         if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function

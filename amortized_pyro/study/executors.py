@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from amortized_pyro.errors import AmortizedPyroError, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, GuideError, Interrupted
 from amortized_pyro.inference.replicas import check_pack
 from amortized_pyro.runs.config import FitConfig
 from amortized_pyro.runs.fit import fit, load_run, resume
@@ -69,7 +69,7 @@ def run_local(jobs, progress, log, replicas=1):
                 yield from zip(group, fit_pack([j.config for j in group], group[0].data, [j.run_dir for j in group],
                                                progress, log))
                 continue
-            except Interrupted:
+            except (Interrupted, GuideError):  # a guide the pack cannot build, where check_pack let it: our bug
                 raise
             except AmortizedPyroError as e:
                 log("the pack of %s stopped (%s): its runs go on one by one" % (group[0].label, e))
