@@ -82,8 +82,12 @@ def test_on_cuda_each_replica_is_the_single_run_of_its_seed(settings, tiny_data)
     """The same on the GPU, where the replicas draw from CUDA generators as the single runs draw from the
     device's global stream."""
     configs = [replace(SMALL, seed=seed, device="cuda", **settings) for seed in (3, 5)]
+    # A-VI on every image each step: the pack's batched encoder sums in another order than one run's on CUDA (on an
+    # H200, 2026-11-26: at most 3.5e-5 relative after 6 epochs; 1e-6 on the CPU)
+    close = dict(atol=1e-4, rtol=1e-4) if settings.get("local_terms") == "all" and settings["guide"] == "amortized" \
+        else CLOSE
     for one, alone in zip(fit_pack(configs, tiny_data, **quiet), [fit(c, data=tiny_data, **quiet) for c in configs]):
-        assert_same_run(one, alone)
+        assert_same_run(one, alone, close)
 
 
 def test_a_pack_resumes_as_single_runs_and_single_runs_as_a_pack(tiny_data, tmp_path):
