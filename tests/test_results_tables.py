@@ -24,9 +24,6 @@ NOT_YET_REGENERATED = {
     **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
        for s in ("sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
     "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
-    "figures/remedies/inference.md": "times measured on runs/remedies' trained models, gone, and printed without "
-                                     "their rounds; to be measured again into inference.jsonl (inference_costs.py "
-                                     "measure) once every cell is trained again, then drawn from it",
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"

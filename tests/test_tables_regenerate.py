@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/quickstart/gaps.md",
+TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/remedies/inference.md", "figures/quickstart/gaps.md",
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
