@@ -75,7 +75,7 @@ STUDIES = {study.name: study for study in (
     Study("sa-vi", "A-VI against SA-VI (5 steps straight-through and unrolled, 20 steps), with gaps",
           "figures/sa-vi", "runs/sa-vi-*",
           lambda ctx: mirrored_gap_tables([("runs/%s" % cell, "figures/sa-vi/%s" % cell) for cell in SA_VI_CELLS],
-                                          "figures/sa-vi")
+                                          "figures/sa-vi", "--title", "SA-VI", *against("A-VI k=64"))
           + [plot("figures/sa-vi/%s" % cell) for cell in SA_VI_CELLS],  # each summary.md with its command
           ("runs/sa-vi-*/runs/*/*/gap-*.json",)),
     Study("gap-vs-n", "the gap against N = 1,000, 2,500, 8,000, each run trained to one criterion",

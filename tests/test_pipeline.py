@@ -204,7 +204,7 @@ def test_dry_run_prints_the_needs_then_the_study_then_its_report(root, capsys):
     expected = [  # in this order; the informative and cap-check scripts write their reports themselves
         "+ bash experiments/sa-vi.sh",
         "+ python experiments/gap_tables.py figures/sa-vi/sa-vi-5 figures/sa-vi/sa-vi-5-unrolled figures/sa-vi/sa-vi-20 "
-        "--out figures/sa-vi",
+        "--out figures/sa-vi --title SA-VI --against 'A-VI k=64'",
         "+ bash experiments/gap-vs-n.sh mnist",
         "+ python experiments/gap_tables.py figures/gap-vs-n/n1000 figures/gap-vs-n/n2500 figures/gap-vs-n/n8000 "
         "--out figures/gap-vs-n --by-n",
