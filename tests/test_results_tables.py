@@ -19,11 +19,7 @@ from test_tables_regenerate import TABLES
 ROOT = Path(__file__).resolve().parents[1]
 COMMENT = re.compile(r"<!-- numbers from: ([^>]*?) -->\n\Z")
 
-_PLOT = "`python -m amortized_pyro plot` redraws it from the committed results.jsonl"
 NOT_YET_REGENERATED = {
-    **{"figures/%s/summary.md" % s: _PLOT + " in a newer layout, not byte for byte; no Command: line"
-       for s in ("sa-vi", "sa-vi/r20", "sa-vi/unrolled")},
-    "figures/sa-vi/gaps.md": "its command reads runs/sa-vi-5, -5-unrolled and -20, gone",
 }
 
 _Z = "where-z-carries-information-and-where-it-does-not"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/remedies/inference.md", "figures/quickstart/gaps.md",
+TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/remedies/inference.md", "figures/sa-vi/gaps.md", "figures/quickstart/gaps.md",
           "figures/studies-end/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
@@ -19,7 +19,8 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
               "figures/%s/summary.md" % study for study in (
               "gap-vs-n/n1000", "gap-vs-n/n2500", "gap-vs-n/n8000", "offline", "offline-long", "seed-study-cpu",
               "seed-long-study-cpu", "original-study-cpu", "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",
-              "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3")] + [
+              "informative-ablation/init-e-2", "informative-ablation/obs1-init-e-2", "informative-ablation/lr1e-3",
+              "sa-vi/sa-vi-5", "sa-vi/sa-vi-5-unrolled", "sa-vi/sa-vi-20")] + [
               "figures/studies-end/cuda/end-seed-%s/summary.md" % run for run in (
               "reference-amortized", "elbo-amortized", "reference-per-datapoint", "elbo-per-datapoint",
               "reference-shared", "elbo-shared")]
