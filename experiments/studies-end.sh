@@ -13,7 +13,10 @@
 #   python experiments/studies_end_status.py runs/end-*/ > figures/studies-end/status.md
 # Use: experiments/studies-end.sh MNIST_IDX_FOLDER, or all through the driver: python experiments/study.py studies-end
 # STUDIES=original runs one study only (default: seed original), GUIDES=per-datapoint one guide's runs only
-# (default: amortized per-datapoint shared); JOBS=1 runs one job at a time, e.g. beside
+# (default: amortized per-datapoint shared), OBJECTIVES=reference one objective's (default: reference elbo), WIDTHS=64
+# one encoder width's (default: 64 1); e.g. the original study's decision at seeds 1 and 2 (issue 60, item 12):
+#   STUDIES=original GUIDES="amortized per-datapoint" OBJECTIVES=reference WIDTHS=64 SEEDS=1,2 RUNS=runs/seeds12
+# (a RUNS other than runs/ keeps them beside, not over, the committed seed-0 runs); JOBS=1 runs one job at a time, e.g. beside
 # another heavy job on a 2-core machine. On a GPU (issue 51): DEVICE=cuda SEEDS=0,1,2,3,4 REPLICAS=5 trains the
 # seeds of each configuration as replicas of one batched model, RUNS=runs/cuda keeps them apart from the CPU's
 # seed-0 runs, CHECKPOINT=1m checkpoints more often, JOBS=7 runs every configuration at once (the GPU is far from
@@ -26,6 +29,12 @@ mkdir -p "${RUNS:-runs}"
 for guide in ${GUIDES:-}; do
   case $guide in amortized|per-datapoint|shared) ;;
     *) echo "studies-end.sh: unknown guide '$guide' in GUIDES (amortized, per-datapoint, shared; space-separated)" >&2
+       exit 2;;
+  esac
+done
+for objective in ${OBJECTIVES:-}; do
+  case $objective in reference|elbo) ;;
+    *) echo "studies-end.sh: unknown objective '$objective' in OBJECTIVES (reference, elbo; space-separated)" >&2
        exit 2;;
   esac
 done
@@ -43,6 +52,8 @@ done
 for job in "${jobs[@]}"; do
   set -- $job
   case " ${GUIDES:-amortized per-datapoint shared} " in *" $3 "*) ;; *) continue;; esac
+  case " ${OBJECTIVES:-reference elbo} " in *" $2 "*) ;; *) continue;; esac
+  case " ${WIDTHS:-64 1} " in *" $4 "*) ;; *) continue;; esac
   while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do sleep 5; done
   preset=experiments/$1-study.toml; [ "$2" = elbo ] && preset=experiments/$1-study-elbo.toml
   length=(); [ "$1" = original ] && length=(--epochs 6250)  # 50,000 steps of B = 1,000 at N = 8,000
