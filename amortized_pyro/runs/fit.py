@@ -22,8 +22,7 @@ from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.config import FitConfig, parse_every
 from amortized_pyro.runs.images import data_info, prepare_data, run_data
 from amortized_pyro.runs.summary_text import format_fit
-from amortized_pyro.runs.store import (RunWriter, describe, read_checkpoint, read_info, read_run,
-                                       reopen, restore, run_status)
+from amortized_pyro.runs.store import RunWriter, describe, read_checkpoint, read_info, read_run, restore, run_status
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -102,21 +101,20 @@ def resume(path, data=None, progress=True, log=print, **changes):
     """Continue the run in ``path`` from its last checkpoint, with its own config; ``changes`` to its
     schedule (:data:`RESUMABLE_CHANGES`: a lower ``lr``, more ``epochs``, ...) are applied and recorded.
     A finished run given more ``epochs`` is extended from its final checkpoint; otherwise it is loaded and
-    returned as it is."""
+    returned as it is. Nothing in ``path`` changes before everything the resume needs was read
+    (:meth:`TrainingRun.start`)."""
     status = run_status(path)
     info = read_info(path) if status != "empty" else {"config": {}}
     fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
     if fixed:
         raise FixedSettings(fixed, RESUMABLE_CHANGES)
-    if status == "finished":
-        if changes.get("epochs", 0) <= info["config"]["epochs"]:
-            log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
-            return load_run(path)
-        log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], changes["epochs"]))
-        reopen(path)
-        status = run_status(path)
-    if status != "partial":
+    if status not in ("finished", "partial"):
         raise AmortizedPyroError("cannot resume %s: %s" % (path, describe(path)))
+    if status == "finished" and changes.get("epochs", 0) <= info["config"]["epochs"]:
+        log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
+        return load_run(path)
+    if status == "finished":
+        read_run(path)  # every file read before it is extended: a damaged one is refused, the run stays finished
     config = replace(FitConfig(**info["config"]), **changes).check()
     device = resolve_device(config.device)
     data = run_data(path, info, config, data, log)
@@ -134,11 +132,12 @@ class TrainingRun:
     :param device: the torch device it trains on
     :param writer: the :class:`~amortized_pyro.runs.store.RunWriter` of its run directory; None: nothing is written
     :param checkpoint: the checkpoint a resumed run goes on from; None: a new run
+    :param changes: the settings a resumed run changes (:data:`RESUMABLE_CHANGES`), recorded once it starts
     """
 
-    def __init__(self, config, data, device, writer=None, checkpoint=None):
+    def __init__(self, config, data, device, writer=None, checkpoint=None, changes=None):
         self.config, self.data, self.device = config, data.to(device), device
-        self.writer, self.checkpoint = writer, checkpoint
+        self.writer, self.checkpoint, self.changes = writer, checkpoint, changes
         self.model = self.guide = self.state = None  # built by start()
 
     @classmethod
@@ -159,7 +158,8 @@ class TrainingRun:
 
     @classmethod
     def resumed(cls, path, info, config, data, device, changes, log):
-        """The partial run in ``path`` going on from its last checkpoint, ``changes`` recorded in its directory.
+        """The run in ``path`` going on from its last checkpoint (a finished one extended), nothing written before
+        it starts (:meth:`start`).
 
         :param path: its run directory
         :param info: what the directory records (:func:`~amortized_pyro.runs.store.read_info`)
@@ -170,20 +170,23 @@ class TrainingRun:
         :param log: where the line saying so goes
         """
         checkpoint = read_checkpoint(path)
+        if run_status(path) == "finished":
+            log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], config.epochs))
+        else:
+            log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
         writer = RunWriter(path, info, "resume", parse_every(config.checkpoint_every))
-        writer.record_resume(checkpoint["epoch"], dict(changes), asdict(config))
-        log("resuming %s from epoch %d" % (path, checkpoint["epoch"]))
-        return cls(config, data, device, writer, checkpoint)
+        return cls(config, data, device, writer, checkpoint, dict(changes))
 
     def start(self):
         """Build the model, guide and training state (:func:`build`); restore them from the checkpoint of a
-        resumed run, else write them as the first checkpoint where there is a writer."""
+        resumed run, and only then change its directory (:meth:`~amortized_pyro.runs.store.RunWriter.reopen`),
+        else write them as the first checkpoint where there is a writer."""
         n_obs, x_dim = self.data.train.shape
         self.model, self.guide = build(self.config, n_obs, x_dim, self.device, self.data.shape, self.data.n_classes)
         self.state = TrainingState(self.guide, self.config, self.device)
         if self.checkpoint:
             restore(self.checkpoint, self.guide, self.state, self.config, self.device)
-            self.writer.rewrite_metrics(self.state.history)
+            self.writer.reopen(self.checkpoint["epoch"], self.changes, asdict(self.config), self.state.history)
         elif self.writer:
             self.writer.checkpoint(self.guide, self.state, self.device)
 

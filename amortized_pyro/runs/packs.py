@@ -15,7 +15,7 @@ from amortized_pyro.runs.config import FitConfig
 from amortized_pyro.runs.fit import TrainingRun, load_run, resume
 from amortized_pyro.runs.images import prepare_data, run_data
 from amortized_pyro.runs.layout import PACK_RUNS, pack_run_dir
-from amortized_pyro.runs.store import read_checkpoint, read_info, reopen, run_status
+from amortized_pyro.runs.store import read_checkpoint, read_info, read_run, run_status
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -46,7 +46,8 @@ def fit_pack(configs, data, run_dirs=None, progress=True, log=print, overwrite=F
     device = resolve_device(configs[0].device)
     data = data.to(device)
     run_dirs = run_dirs or [None] * len(configs)
-    statuses = [run_status(d) if d else "empty" for d in run_dirs]
+    statuses = [(resume_status(d, c) if changes is not None else run_status(d)) if d else "empty"
+                for c, d in zip(configs, run_dirs)]
     if set(statuses) - {"empty", "started"} and set(statuses) != {"partial"}:
         raise AmortizedPyroError("a pack's runs must all be new or all be partial, not %s" % ", ".join(statuses))
     if set(statuses) == {"partial"} and len({read_checkpoint(d)["epoch"] for d in run_dirs}) > 1:
@@ -77,18 +78,27 @@ def is_pack(path):
     return not (path / "config.json").exists() and any(p.is_dir() for p in path.glob(PACK_RUNS))
 
 
+def resume_status(run_dir, config):
+    """The status of a replica's run to a resume with ``config``: a finished run given more epochs is "partial",
+    extended from its final checkpoint as :func:`~amortized_pyro.runs.fit.resume` extends one, once every file of
+    it was read (a damaged one is refused before anything changes)."""
+    status = run_status(run_dir)
+    if status == "finished" and config.epochs > read_info(run_dir)["config"]["epochs"]:
+        read_run(run_dir)
+        return "partial"
+    return status
+
+
 def resume_pack(path, data=None, progress=True, log=print, **changes):
     """Resume the pack folder ``path`` (its runs at one checkpoint) on their images (``data`` where given,
     checked), with ``changes`` to their schedule as :func:`amortized_pyro.runs.fit.resume` takes them."""
     run_dirs = sorted((p for p in Path(path).glob(PACK_RUNS) if p.is_dir()), key=lambda p: p.name)
     configs = [replace(FitConfig(**read_info(d)["config"]), **changes).check() for d in run_dirs]
-    for run_dir, config in zip(run_dirs, configs):  # finished runs given more epochs are extended, as resume does
-        if run_status(run_dir) == "finished" and config.epochs > read_info(run_dir)["config"]["epochs"]:
-            reopen(run_dir)
-    if all(run_status(d) == "finished" for d in run_dirs):
+    statuses = [resume_status(d, c) for d, c in zip(run_dirs, configs)]
+    if set(statuses) == {"finished"}:
         log("%s: finished runs, nothing to resume (give more --epochs to extend them)" % path)
         return [load_run(d) for d in run_dirs]
-    if len({read_checkpoint(d)["epoch"] for d in run_dirs if run_status(d) == "partial"}) > 1:
+    if len({read_checkpoint(d)["epoch"] for d, s in zip(run_dirs, statuses) if s == "partial"}) > 1:
         log("%s: its runs stand at different checkpoints (a kill between them): resuming them one by one" % path)
         return [resume(d, data, progress, log, **changes) for d in run_dirs]
     data = run_data(run_dirs[0], read_info(run_dirs[0]), configs[0], data, log)

@@ -81,12 +81,6 @@ def write_json(path, value):
     atomic_write(path, lambda tmp: tmp.write_text(json.dumps(value, indent=2, allow_nan=False) + "\n"))  # JSON: no NaN
 
 
-def reopen(path):
-    """Mark a finished run unfinished (its summary.json removed) so that more epochs extend it from its
-    checkpoint, which a finished run keeps."""
-    (Path(path) / "summary.json").unlink()
-
-
 def run_status(path):
     """"finished" (summary.json), "partial" (a checkpoint to resume from), "started" (run files, no
     checkpoint yet), or "empty" (no run files, or no directory: :func:`describe` tells them apart)."""
@@ -193,10 +187,16 @@ class RunWriter:
         except OSError as e:
             raise AmortizedPyroError("cannot write into %s: %s" % (self.out, e.strerror or e)) from None
 
-    def record_resume(self, epoch, changed, config):
+    def reopen(self, epoch, changed, config, history):
+        """A resumed run's first writes, once everything it needs was read and its checkpoint restored: a finished
+        run's summary.json removed (it is extended from its final checkpoint, which it keeps), the resume
+        recorded in config.json, metrics.jsonl rewritten from the checkpoint's ``history``."""
+        (self.out / "summary.json").unlink(missing_ok=True)
         self.info["resumes"].append({"from_epoch": epoch, "changed": changed})
         self.info["config"] = config
         write_json(self.out / "config.json", self.info)
+        text = "".join(json.dumps(to_json(r)) + "\n" for r in history)
+        atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
     def add(self, record):
         """Append one metrics line with a single write, so a kill leaves whole lines only."""
@@ -207,10 +207,6 @@ class RunWriter:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-    def rewrite_metrics(self, history):
-        text = "".join(json.dumps(to_json(r)) + "\n" for r in history)
-        atomic_write(self.metrics_path, lambda tmp: tmp.write_text(text))
 
     def checkpoint(self, guide, state, device, rng=None):
         checkpoint = checkpoint_state(guide, state, device, rng)
