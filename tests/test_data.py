@@ -154,6 +154,30 @@ def test_bad_array_files_give_clear_errors(tmp_path, content, message):
         load_data(str(path), n_obs=10, n_test=5, **quiet)
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["savez", "savez_compressed"])
+@pytest.mark.parametrize("damage", ["truncated", "member damaged"])
+def test_a_damaged_npz_is_bad_input_in_one_line(tmp_path, damage, compressed):
+    """A truncated archive (no zip directory) or a damaged member (a CRC or zlib error on reading it) is the
+    input's fault: one line naming the file, exit status 1, not a traceback asking for a bug report."""
+    from click.testing import CliRunner
+    from amortized_pyro.cli.commands import cli
+    path = tmp_path / "bad.npz"
+    images = sample_images(40) / 255.0
+    (np.savez_compressed if compressed else np.savez)(path, train=images[:30], test=images[30:])
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        data[200:260] = bytes(b ^ 0xFF for b in data[200:260])
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(cli, ["fit", "--dataset", str(path), "--n-obs", "20", "--n-test", "5", "--no-progress",
+                                      "--out", str(tmp_path / "run")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert lines == ["Error: %s is not a readable .npy/.npz array file (corrupt, truncated, or an array of Python "
+                     "objects)" % path]
+
+
 def test_missing_source_gives_clear_error(tmp_path):
     with pytest.raises(AmortizedPyroError, match="no such file or folder"):
         load_data(str(tmp_path / "nothing-here"), **quiet)

@@ -20,6 +20,8 @@ one colour plane per row.
 import gzip
 import io
 import pickle
+import zipfile
+import zlib
 from collections import namedtuple
 from pathlib import Path
 
@@ -211,28 +213,35 @@ def read_folder(folder):
     return read_idx_folder(folder)
 
 
-def read_array_file(path):
-    """(train, test or None, shape) from .npy (one split) or .npz (``train``/``test`` keys, or ``images``)."""
+def read_arrays(path):
+    """The array of a .npy file, or {name: array} of a .npz file, read whole: bytes that are not one (corrupt, a
+    truncated archive, a damaged member, an array of Python objects) are refused in one line."""
     try:
         arrays = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
+        if isinstance(arrays, np.ndarray):
+            return arrays
+        with arrays:  # a member is read (and its CRC checked) only here
+            return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error):
         # numpy says "pickled (object) data" of any bytes without the .npy/.npz header: say what it is
         raise AmortizedPyroError("%s is not a readable .npy/.npz array file (corrupt, truncated, or an array of "
                                  "Python objects)" % path) from None
+
+
+def read_array_file(path):
+    """(train, test or None, shape) from .npy (one split) or .npz (``train``/``test`` keys, or ``images``)."""
+    arrays = read_arrays(path)
     if isinstance(arrays, np.ndarray):
         return joined(to_unit_floats(arrays, str(path)), None, path)
-    with arrays:
-        keys = set(arrays.files)
-        label = (lambda name: arrays[name] if name in keys else None)
-        if "train" in keys:
-            train = to_unit_floats(arrays["train"], "%s[train]" % path)
-            test = to_unit_floats(arrays["test"], "%s[test]" % path) if "test" in keys else None
-            return joined(train, test, path, (label("train_labels"), label("test_labels")))
-        key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
-        if key is None:
-            raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s"
-                                     % (path, sorted(keys)))
-        return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path, (label("labels"), None))
+    keys = set(arrays)
+    if "train" in keys:
+        train = to_unit_floats(arrays["train"], "%s[train]" % path)
+        test = to_unit_floats(arrays["test"], "%s[test]" % path) if "test" in keys else None
+        return joined(train, test, path, (arrays.get("train_labels"), arrays.get("test_labels")))
+    key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
+    if key is None:
+        raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s" % (path, sorted(keys)))
+    return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path, (arrays.get("labels"), None))
 
 
 def joined(train, test, where, labels=(None, None)):
