@@ -64,6 +64,38 @@ def test_compare_refuses_an_option_that_configures_none_of_its_guides(tmp_path, 
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.parametrize("args", [["fit", "--stop-gain", "1", *TINY, "--out", "{tmp}/run"],
+                                  ["compare", "--guides", "shared", "--stop-gain", "1", *TINY, "--out", "{tmp}/run"],
+                                  ["fit", "--resume", "{finished}", "--epochs", "4", "--stop-gain", "1"]])
+def test_a_stop_gain_without_a_stop_window_is_refused_not_recorded(tmp_path, args):
+    """--stop-gain tunes the stopping rule that --stop-window turns on: alone (the run's window 0 on a resume) it
+    would do nothing and be recorded in config.json, so it is a usage error; with a window it is taken."""
+    finished = tiny_finished_run(tmp_path / "finished") if "{finished}" in args else None
+    before = (finished / "config.json").read_text() if finished else None
+    args = [str(a).format(tmp=tmp_path, finished=finished) for a in args]
+    line = one_error_line(run(*args), code=2)
+    assert "--stop-gain" in line and "--stop-window" in line, line
+    assert not (tmp_path / "run").exists()
+    if finished:
+        assert (finished / "config.json").read_text() == before
+    assert run("fit", "--stop-gain", "1", "--stop-window", "1", *TINY, "--out", tmp_path / "run").exit_code == 0
+
+
+def test_compare_notes_that_widths_do_not_apply_to_guides_without_an_encoder(tmp_path, monkeypatch):
+    """--widths given with guides that have no encoder: one line says it does not apply to them (a note, not a
+    refusal: the study scripts give one --widths to each guide in turn)."""
+    monkeypatch.setattr("amortized_pyro.cli.commands.compare", lambda *a, **k: None)
+    monkeypatch.setattr("amortized_pyro.cli.commands.write_comparison", lambda *a: None)
+    for guides, widths, noted in (("per-datapoint", ["--widths", "64"], "per-datapoint"),
+                                  ("amortized,shared", ["--widths", "8,64"], "shared"),
+                                  ("per-datapoint", [], None), ("amortized", ["--widths", "64"], None)):
+        result = run("compare", "--guides", guides, *widths, *TINY, "--out", tmp_path / "cmp")
+        notes = [line for line in result.output.splitlines() if "--widths" in line]
+        assert result.exit_code == 0, result.output
+        assert notes == ([] if noted is None else ["note: --widths applies to the guides with an encoder only: not "
+                                                   "to %s (one run per seed)" % noted]), result.output
+
+
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
 def test_presets_set_every_guides_options_and_are_never_refused(tmp_path, monkeypatch, preset):
     """A preset's keys are defaults, not options given: every guide takes every preset (fit and compare)."""

@@ -22,7 +22,7 @@ from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
-from amortized_pyro.runs.config import FitConfig, check_applicable, check_values
+from amortized_pyro.runs.config import FitConfig, check_applicable, check_stop_gain, check_values
 from amortized_pyro.runs.fit import RESUMABLE_CHANGES, check_finished, fit, load_run, resume
 from amortized_pyro.runs.images import prepare_data
 from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
@@ -81,6 +81,7 @@ def fit_command(out, resume_dir, replicas, overwrite, **options):
             results = [resume(resume_dir, progress=extra["progress"], log=stderr_log, **changes)]
     else:
         check_applicable([settings["guide"]], given(settings), option_name)
+        check_stop_gain(given(settings), settings["stop_window"])
         config = FitConfig(**settings).check()
         data = prepare_data(config, None, stderr_log)
         out = Path(out) if out else default_out(config, data)
@@ -166,6 +167,11 @@ def compare_command(guides, widths, seeds, datasets, data_seed, study, plateau_f
     gap_settings = GapSettings(**{f.name: options.pop("gap_" + f.name) for f in fields(GapSettings)})
     settings, extra = split_config(options)
     check_applicable(guides, given(settings), option_name)
+    check_stop_gain(given(settings), settings["stop_window"])
+    without = [g for g in guides if g not in ENCODER_GUIDES]
+    if without and given(["widths"]):  # a note, not a refusal: the study scripts give one --widths to each guide
+        stderr_log("note: --widths applies to the guides with an encoder only: not to %s (one run per seed)"
+                   % ", ".join(without))
     ray_options = dict(address=ray_address, cpus_per_run=ray_cpus_per_run, gpus_per_run=ray_gpus_per_run,
                        retries=ray_retries)
     out = Path(out) if out else new_comparison_dir()

@@ -243,6 +243,15 @@ def check_applicable(guides, names, option=lambda name: name):
         where, "it" if one else "them"), names)
 
 
+def check_stop_gain(names, stop_window):
+    """Refuse ``stop_gain`` among ``names`` (the settings given) where ``stop_window`` is 0: it tunes the early
+    stopping that a window turns on, and alone it would be recorded and do nothing (no window is a clear default)."""
+    if "stop_gain" in names and not stop_window:
+        raise InvalidSettings("--stop-gain tunes the early stopping that --stop-window W turns on, and there is no "
+                              "window (0: train all --epochs): give --stop-window too, or drop --stop-gain",
+                              ["stop_gain", "stop_window"])
+
+
 def defaults():
     return {f.name: f.default for f in fields(FitConfig) if f.default is not MISSING}
 

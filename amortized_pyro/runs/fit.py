@@ -19,7 +19,7 @@ from amortized_pyro.inference.evaluation import MSE_KEYS, evaluate, mean_image_m
 from amortized_pyro.inference.training import SingleRun, TrainingState, train
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
-from amortized_pyro.runs.config import FitConfig, parse_every
+from amortized_pyro.runs.config import FitConfig, check_stop_gain, parse_every
 from amortized_pyro.runs.images import data_info, prepare_data, run_data
 from amortized_pyro.runs.summary_text import format_fit
 from amortized_pyro.runs.store import RunWriter, describe, read_checkpoint, read_info, read_run, restore, run_status
@@ -108,6 +108,7 @@ def resume(path, data=None, progress=True, log=print, **changes):
     fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
     if fixed:
         raise FixedSettings(fixed, RESUMABLE_CHANGES)
+    check_stop_gain(changes, changes.get("stop_window", info["config"].get("stop_window")))
     if status not in ("finished", "partial"):
         raise AmortizedPyroError("cannot resume %s: %s" % (path, describe(path)))
     if status == "finished" and changes.get("epochs", 0) <= info["config"]["epochs"]:
