@@ -54,7 +54,7 @@ def test_fit_writes_all_outputs(tmp_path, guide):
     assert set(metrics[-1]) == {"epoch", "elbo", "elbo_per_obs", "time", "train_plugin_mse", "test_plugin_mse",
                                 "train_predictive_mse", "test_predictive_mse", "theta_scale_mean"}
     assert (metrics[-1]["test_plugin_mse"] is None) == (guide == "per-datapoint")
-    state = torch.load(tmp_path / "params.pt", weights_only=False)
+    state = torch.load(tmp_path / "params.pt", weights_only=True)
     assert state["format"] == 3 and "q_theta.loc" in state["guide"]
 
 
@@ -173,9 +173,9 @@ def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_
     shutil.copytree(new, old)
     before = {new_name: old_name for old_name, new_name in RENAMED_IN_3.items()}
     for name in ("params.pt", "checkpoint.pt"):
-        state = torch.load(old / name, weights_only=False)
+        state = torch.load(old / name, weights_only=True)
         torch.save(dict(state, format=2, guide={before.get(k, k): v for k, v in state["guide"].items()}), old / name)
-    assert "q_theta.scale_unconstrained" in torch.load(old / "checkpoint.pt", weights_only=False)["guide"]
+    assert "q_theta.scale_unconstrained" in torch.load(old / "checkpoint.pt", weights_only=True)["guide"]
     quiet = dict(progress=False, log=lambda *a: None)
     for a, b in ((load_run(new), load_run(old)), (resume(new, epochs=3, **quiet), resume(old, epochs=3, **quiet))):
         assert a.guide.state_dict().keys() == b.guide.state_dict().keys()

@@ -19,7 +19,6 @@ and optimizers on their own device, so random states stay CPU tensors whatever t
 """
 import json
 import os
-import pickle
 import platform
 import time
 import uuid
@@ -31,6 +30,7 @@ import pyro
 
 from amortized_pyro.errors import AmortizedPyroError, RunExists
 from amortized_pyro.runs.layout import GAP_REPORTS
+from amortized_pyro.runs.tensor_files import load_tensors
 from amortized_pyro.support.jsonio import from_json, read_jsonl, to_json
 from amortized_pyro.support.streams import rng_states, set_rng_states
 
@@ -237,7 +237,7 @@ def ms_per_epoch(train_seconds, epochs):
 def _load(path, what):
     try:
         if what.endswith(".pt"):
-            value = _upgrade(torch.load(path / what, map_location="cpu", weights_only=False))
+            value = _upgrade(load_tensors(path / what, "%s in %s" % (what, path)))
             if not isinstance(value, dict) or value.get("format") != FORMAT:
                 raise AmortizedPyroError("%s in %s was written by an earlier version of amortized_pyro (parameters in "
                                          "Pyro's global param store): it cannot be loaded or resumed; its metrics "
@@ -248,7 +248,7 @@ def _load(path, what):
         return json.loads((path / what).read_text())
     except FileNotFoundError:
         raise AmortizedPyroError("%s is not a run directory (missing %s)" % (path, what)) from None
-    except (ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
+    except (ValueError, OSError) as e:
         raise AmortizedPyroError("cannot read %s in %s: %s" % (what, path, str(e).splitlines()[0])) from None
 
 

@@ -13,8 +13,11 @@ def outside_the_stream(*devices):
 
 
 def rng_states(device):
-    """Every random state a run draws from."""
-    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every random state a run draws from, as tensors, numbers and strings (what a checkpoint may hold:
+    :mod:`amortized_pyro.runs.tensor_files`): numpy's key as a tensor."""
+    name, key, *rest = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "numpy": (name, torch.from_numpy(key.astype(np.int64)), *rest),
+              "python": random.getstate()}
     if device.type == "cuda":
         states["cuda"] = torch.cuda.get_rng_state(device)
     return states
@@ -22,7 +25,8 @@ def rng_states(device):
 
 def set_rng_states(states, device):
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    name, key, *rest = states["numpy"]  # the key a tensor, or a numpy array in checkpoints written before
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), *rest))
     random.setstate(states["python"])
     if device.type == "cuda" and "cuda" in states:
         torch.cuda.set_rng_state(states["cuda"], device)
