@@ -240,7 +240,8 @@ def read_array_file(path):
         return joined(train, test, path, (arrays.get("train_labels"), arrays.get("test_labels")))
     key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
     if key is None:
-        raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s" % (path, sorted(keys)))
+        raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s"
+                                 % (path, sorted(keys)))
     return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path, (arrays.get("labels"), None))
 
 
