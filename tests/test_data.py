@@ -65,6 +65,31 @@ def test_a_broken_torchvision_is_named_not_the_network(tmp_path, monkeypatch):
         load_data("fashion-mnist", data_dir=tmp_path, n_obs=100, n_test=10)
 
 
+@pytest.mark.parametrize("installed, expected", [
+    ({"torch": "2.5.1", "torchvision": "0.21.0"}, "installed: torch 2.5.1 and torchvision 0.21.0, which asks for "
+                                                   "torch ==2.6.0"),
+    ({"torch": "2.5.1"}, "installed: torch 2.5.1 and no torchvision"),
+])
+def test_a_broken_torchvision_says_both_versions_and_the_pairing_it_expects(tmp_path, monkeypatch, installed, expected):
+    """Not "install torch and torchvision together" where they were: the versions installed (importlib.metadata)
+    and the torch that torchvision's metadata asks for (its Requires-Dist), in the one line."""
+    import importlib.metadata
+
+    def version(name):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now raises ImportError
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "requires", lambda name: ["numpy", "torchaudio (>=2)", "torch (==2.6.0)",
+                                                                      "scipy ; extra == 'scipy'"])
+    with pytest.raises(AmortizedPyroError) as error:
+        load_data("fashion-mnist", data_dir=tmp_path, n_obs=100, n_test=10)
+    line = str(error.value)
+    assert line.startswith("torchvision cannot be imported (ModuleNotFoundError") and "\n" not in line
+    assert expected in line and "together" not in line, line
+
+
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist", "cifar10", "svhn"])
 def test_offline_without_files_says_so_whatever_torchvision_s_health(tmp_path, monkeypatch, name):
     """With downloading off and no files in the data folder the answer is about the data, torchvision importable

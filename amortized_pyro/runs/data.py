@@ -11,7 +11,9 @@ one line, :meth:`Data.labels_or_refuse`). ``grayscale`` turns colour images into
 generator seeded with the same seed.
 """
 import hashlib
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -115,6 +117,23 @@ class TorchvisionBroken(AmortizedPyroError):
     """torchvision cannot be imported: its installation, not the data or the network."""
 
 
+def torchvision_pairing():
+    """What is installed, as a clause: torch's and torchvision's versions (their distributions' metadata, read
+    without importing them) and the torch that torchvision asks for (its Requires-Dist)."""
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    torch_version, vision_version = version("torch"), version("torchvision")
+    if vision_version is None:
+        return "installed: torch %s and no torchvision" % torch_version
+    wants = [m.group(1).strip() for m in (re.match(r"torch(?![\w.-])\s*\(?([^;)]*)", r) for r in
+                                          metadata.requires("torchvision") or []) if m]
+    return "installed: torch %s and torchvision %s, which asks for torch %s" % (
+        torch_version, vision_version, wants[0] if wants and wants[0] else "of any version")
+
+
 def read_torchvision(name, data_dir, download):
     """(train, test, shape) through torchvision.datasets (MNIST, FashionMNIST, CIFAR10, SVHN), downloading into
     ``data_dir``; CIFAR-10's and SVHN's files are then read by :mod:`~amortized_pyro.runs.formats` (as are
@@ -135,8 +154,8 @@ def read_torchvision(name, data_dir, download):
     try:
         from torchvision import datasets
     except Exception as e:  # ImportError, or a torchvision built for another torch (RuntimeError, OSError)
-        raise TorchvisionBroken("torchvision cannot be imported (%s: %s; install torch and torchvision together)"
-                                % (type(e).__name__, first_line(e))) from None
+        raise TorchvisionBroken("torchvision cannot be imported (%s: %s); %s"
+                                % (type(e).__name__, first_line(e), torchvision_pairing())) from None
     cls = getattr(datasets, NAMED[name])
     splits = [cls(str(data_dir), download=download, **({"split": split} if name == "svhn" else
                                                         {"train": split == "train"})) for split in ("train", "test")]
