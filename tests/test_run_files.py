@@ -12,19 +12,13 @@ from click.testing import CliRunner
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.runs.store import RUN_FILES
 from conftest import tiny_finished_run
+from test_newcomer_cli import one_error_line
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A tiny finished run (2 epochs), made once: each test damages a copy."""
     return tiny_finished_run(tmp_path_factory.mktemp("finished") / "run")
-
-
-def one_error_line(result, code=1):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert "Traceback" not in result.output and lines[-1].startswith("Error: "), result.output
-    return lines[-1]
 
 
 def contents(folder):
