@@ -13,7 +13,7 @@ from pyro import poutine
 from pyro.infer import SVI, Predictive, Trace_ELBO, TraceMeanField_ELBO
 
 from amortized_pyro.autoguides import (AUTOGUIDES, AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal, LocalJoint)
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError, GuideError
 from toy_models import VAE, LinearGaussian, WithGlobals
 
 N, DX, DZ = 12, 5, 2
@@ -276,9 +276,19 @@ def test_guide_lists_pickles_masks_and_saturated_supports(toy, global_param_stor
     buffer = io.BytesIO()
     torch.save(guide, buffer)
     buffer.seek(0)
-    loaded = torch.load(buffer, weights_only=False)  # without its model, as Pyro's autoguides
-    assert loaded._model is None
+    loaded = torch.load(buffer, weights_only=False)  # with its model (a bound method): it reads the model's plate
+    assert loaded._model is not None
     torch.testing.assert_close(loaded.median(toy.x)["z"], guide.median(toy.x)["z"], rtol=0, atol=0)
+    closure = AutoSharedNormal(lambda x: toy.model(x))  # a model that does not pickle: dropped, said at the call
+    closure(toy.x)
+    buffer = io.BytesIO()
+    torch.save(closure, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    with pytest.raises(GuideError, match=r"pickled without its model \(.*lambda.*\).*guide.model = model"):
+        loaded.median(toy.x)
+    loaded.model = toy.model
+    torch.testing.assert_close(loaded.median(toy.x)["z"], closure.median(toy.x)["z"], rtol=0, atol=0)
 
     def masked(x, keep):
         with pyro.plate("data", len(x)), poutine.mask(mask=keep):

@@ -11,6 +11,8 @@ datapoints, by :meth:`AutoLocalGuide.local_factor`; everything else (reading the
 sampling, the gap's access to q) lives here once.
 """
 
+import pickle
+
 import torch
 
 import pyro
@@ -19,12 +21,13 @@ from pyro import poutine
 from pyro.distributions.util import sum_rightmost
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 from pyro.infer.autoguide.initialization import init_to_feasible
-from pyro.poutine.util import site_is_subsample
+from pyro.poutine.util import is_validation_enabled, site_is_subsample
 
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
 from amortized_pyro.autoguides.protocol import Measured
 from amortized_pyro.autoguides.masking import local_masks, masked_sites
-from amortized_pyro.autoguides.structure import global_sites_model, local_init, plate_recipe, read_structure
+from amortized_pyro.autoguides.plates import read_model_plate
+from amortized_pyro.autoguides.structure import global_sites_model, local_init, read_structure
 from amortized_pyro.errors import GuideError
 from amortized_pyro.support.streams import outside_the_stream
 
@@ -69,15 +72,16 @@ class AutoLocalGuide(Measured, AutoGuide):
         model's (absent) terms, which bounds them. A model that masks a local site with a tensor is refused
         without it (the guide runs before the model and cannot read the mask); not with a flow.
     :param callable create_plates: as Pyro's AutoGuide: a function of the model's arguments returning the
-        data plate (and others). Without it, the plate follows the arguments as it did in the first call
-        (:class:`~.structure.PlateRecipe`: subsample indices given as an argument, a minibatch the plate draws,
-        or every datapoint, its size read off the argument it matched); the model is not run again. As a part
-        of Pyro's ``AutoGuideList`` the guide takes the list's plates, so give the list the ``create_plates`` of
-        a subsampled model.
+        data plate (and others). Without it, the guide reads the model's own data plate at every call (size,
+        datapoints, dim: :mod:`.plates`, by running the model up to its first local site), so that a guide
+        trained on minibatches serves the whole data set, new data of any size and ``Predictive``. As a part of
+        Pyro's ``AutoGuideList`` the guide takes the list's plates: give the list ``create_plates`` for data of
+        another size than the first call's (a list's plate that is not the model's is refused in one line).
 
-    The model is run once, at the first call (the prototype); pickling drops it, as Pyro's autoguides do, and
-    an unpickled guide works on without it (SA-VI and IA-VI, which refine on the model's local ELBO, keep it: it
-    must then be picklable, a module-level function or a module).
+    The whole model is run once, at the first call (the prototype), and up to its first local site at each
+    call after (without ``create_plates``). Pickling keeps the model where the guide needs it and the model
+    pickles (a module-level function, a module); a guide pickled without it (a closure, a lambda) says so in
+    one line at its first call, and ``guide.model = model`` gives it back.
     """
 
     def __init__(self, model, *, plate="data", init_loc_fn=init_to_feasible, init_scale=DEFAULT_INIT_SCALE,
@@ -97,15 +101,23 @@ class AutoLocalGuide(Measured, AutoGuide):
         super().__init__(model, create_plates=self._plates_of_call)
         self.plate, self.init_scale, self.global_kind = plate, float(init_scale), "own" if own else global_guide
         self._user_plates, self.init_loc_fn, self.local_mask = create_plates, init_loc_fn, local_mask
-        self.structure, self.recipe, self.init_locs = None, None, None
+        self.structure, self.init_locs, self.call_plate, self._without_model = None, None, None, None
         self.q_theta = global_guide if own else None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
         self.flow_transforms, self.flow_width, self.local_flow = flow, flow_width, None
 
     # ---- reading the model --------------------------------------------------------------------------------
     def _setup_prototype(self, *args, **kwargs):
-        """Run the model once (every site, observed and subsample ones too) and read off it the structure, the
-        plate's recipe, AutoGuide's prototype trace and frames, the free factors' initial μ and the global part."""
+        """Run the model once (every site, observed and subsample ones too) and read off it the structure,
+        AutoGuide's prototype trace and frames, the free factors' initial μ and the global part; a setup that
+        fails leaves the guide as it was before (set up again at the next call)."""
+        try:
+            self._set_up(args, kwargs)
+        except BaseException:
+            self.prototype_trace, self.structure = None, None
+            raise
+
+    def _set_up(self, args, kwargs):
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # the model's prototype draws leave the random streams as they were
             full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # the one model run
@@ -123,8 +135,6 @@ class AutoLocalGuide(Measured, AutoGuide):
                 raise GuideError("the model masks the local site %r: give local_mask=a function of the model's "
                                  "arguments returning the mask of the call's datapoints [B], as the model "
                                  "computes it" % masked[0])
-            if self._user_plates is None or self.plate not in [p.name for p in self._listed_plates(args, kwargs)]:
-                self.recipe = plate_recipe(full, self.plate, args, kwargs, self.recipe_hint())
             with poutine.block():  # the prototype call's plates, seen by nobody
                 indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
             self.init_locs = local_init(full, self.structure, self.init_loc_fn)
@@ -143,23 +153,36 @@ class AutoLocalGuide(Measured, AutoGuide):
                 self.local_flow = LocalFlow(self.structure.size, self.flow_transforms, self.flow_context_size(),
                                       self.flow_width).to(self._device(full))
 
+    @property
+    def model(self):
+        """The model the guide was built from; one line of :class:`GuideError` where a pickle dropped it."""
+        if self._model is None:
+            raise GuideError("this guide was pickled without its model (%s), and it reads the model's plate at "
+                             "every call: give it back, guide.model = model" % (self._without_model or "Pyro drops it"))
+        return self._model[0]
+
+    @model.setter
+    def model(self, model):
+        self._model, self._without_model = (model,), None
+
     def __getstate__(self):
         """Pyro's: the model and the master guide dropped (here on the copy only: Pyro's drops them from the
-        guide itself too), but where the family's factor is defined through the model (:meth:`keeps_model`)."""
+        guide itself too), but the model kept where the guide needs it (:meth:`keeps_model`) and it pickles."""
         model, master = self._model, self.master
         state = dict(super().__getstate__())
         self._model, self.master = model, master
-        if self.keeps_model():
-            state["_model"] = model
+        if model is not None and self.keeps_model():
+            try:
+                pickle.dumps(model[0])
+                state["_model"] = model
+            except Exception as error:  # noqa: BLE001 (whatever makes the model unpicklable: said at the next call)
+                state["_without_model"] = "%s: %s" % (type(error).__name__, str(error).splitlines()[0][:120])
         return state
 
     def keeps_model(self):
-        """Whether pickling keeps the model (a family's hook; here not, as Pyro's autoguides)."""
-        return False
-
-    def recipe_hint(self):
-        """The argument the plate's size is best read from when several match (a family's hook; none here)."""
-        return None
+        """Whether the guide needs its model after pickling: to read the model's plate at each call (no
+        ``create_plates``); a family may need it for more (SA-VI, IA-VI: their local ELBO)."""
+        return self._user_plates is None
 
     def _indices(self, plates, args, kwargs):
         """This call's datapoints among the plate's full size: the data plate's subsample indices."""
@@ -180,7 +203,11 @@ class AutoLocalGuide(Measured, AutoGuide):
 
     def _create_plates(self, *args, **kwargs):
         if self.master is not None:  # a part of an AutoGuideList: its plates (Pyro's protocol)
-            self.plates = self.master().plates
+            self.plates, self.call_plate = self.master().plates, None
+            if self.master().create_plates is None:  # the list made the data plate at the prototype's size
+                self._read_plate(args, kwargs).check(self.plate, self.plates[self.plate], "give the AutoGuideList "
+                                                     "create_plates=a function of the model's arguments returning "
+                                                     "the model's plate")
             return self.plates
         return super()._create_plates(*args, **kwargs)
 
@@ -188,12 +215,24 @@ class AutoLocalGuide(Measured, AutoGuide):
         plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
         return [plates] if isinstance(plates, pyro.plate) else list(plates)
 
+    def _read_plate(self, args, kwargs):
+        """The model's data plate in this call (:func:`~.plates.read_model_plate`)."""
+        values = {name: site["value"] for name, site in self.prototype_trace.iter_stochastic_nodes()}
+        return read_model_plate(self.model, self.structure, values, args, kwargs)
+
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
-        call (:class:`~.structure.PlateRecipe`) where the user gives none."""
+        call where the user gives none (checked against the model's under Pyro's validation where given)."""
         plates = self._listed_plates(args, kwargs)
-        if self.plate not in [p.name for p in plates]:
-            plates.append(self.recipe.plate(self.plate, args, kwargs))
+        given = next((p for p in plates if p.name == self.plate), None)
+        if given is None:
+            self.call_plate = self._read_plate(args, kwargs)
+            plates.append(self.call_plate.plate(self.plate))
+        else:
+            self.call_plate = None
+            if is_validation_enabled():
+                self._read_plate(args, kwargs).check(self.plate, given, "give create_plates the model's plate, or "
+                                                     "none (the guide then reads it)")
         return plates
 
     # ---- what a family provides ---------------------------------------------------------------------------
@@ -227,7 +266,8 @@ class AutoLocalGuide(Measured, AutoGuide):
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
                                                 else q.mask(masks[site.name]))
-            if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is
+            if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim
+                terms = self.structure.at_plate_dim(terms, 0)
                 pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)
         return result
 
@@ -252,8 +292,11 @@ class AutoLocalGuide(Measured, AutoGuide):
         """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
         latent vector): each site a Delta at its block of u_n, mapped to its support, carrying the log-Jacobian
         of that map as its density, so that the sites' log q add up to q(z_n)'s."""
-        u = pyro.sample(LOCAL_FLOW, self.local_flow.distribution(loc, scale, context), infer={"is_auxiliary": True})
-        values, draws = self.structure.split(u), {}
+        at_plate = self.structure.at_plate_dim  # the auxiliary site's datapoints at the plate's dim
+        context = None if context is None else at_plate(context, 1)
+        u = pyro.sample(LOCAL_FLOW, self.local_flow.distribution(at_plate(loc, 1), at_plate(scale, 1), context),
+                        infer={"is_auxiliary": True})
+        values, draws = self.structure.split(u.flatten(self.structure.dim - 1, -2)), {}
         for site in self.structure.locals:
             value, event_dim = values[site.name], len(site.unconstrained_shape)
             if site.is_real:

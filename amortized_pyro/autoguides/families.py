@@ -109,10 +109,6 @@ class AutoAmortizedNormal(AutoLocalGuide):
         self.encoder_input, self.width, self.layers = encoder_input, width, layers
         self._body = (encoder,)  # not a child until the factor is built around it
 
-    def recipe_hint(self):
-        """The encoder's input, where it is a model argument: the plate's size is read off its rows."""
-        return None if callable(self.encoder_input) else self.encoder_input
-
     def encoder_data(self, indices, args, kwargs):
         """The plate's data for the datapoints ``indices`` of this call: [B, ...]."""
         if callable(self.encoder_input):
@@ -128,15 +124,15 @@ class AutoAmortizedNormal(AutoLocalGuide):
         # seeds packed as replicas (inference.replicas: the encoder's parameters stacked in front) read data
         # [R, rows, ...] and, on minibatches, indices [R, B]
         lead = int(getattr(self, "q_z", None) is not None and self.q_z.encoder.loc.weight.dim() > 2)
-        rows, batch, full = data.shape[lead], indices.shape[-1], self.structure.full_size
+        rows, batch, full = data.shape[lead], indices.shape[-1], self.plates[self.plate].size
         if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
             return data.index_select(lead, indices.to(data.device))
         if rows == batch and batch != full:  # the batch, in the plate's order
             return data
         if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function
             # of the model's arguments returns them in the plate's order: no check, no device sync per step)
-            # a plate the recipe makes over every datapoint is 0..N-1 by construction: no check (no host sync per step)
-            in_order = self.recipe is not None and self.recipe.covers_all()
+            # the model's plate over every datapoint is 0..N-1 by construction: no check (no host sync per step)
+            in_order = self.call_plate is not None and self.call_plate.covers_all
             if not callable(self.encoder_input) and not in_order and not torch.equal(indices.cpu(), torch.arange(full)):
                 raise GuideError("the plate %r takes all %d datapoints in another order than its data's rows; "
                                          "give encoder_input=a function of the model's arguments returning the "
@@ -197,8 +193,9 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         self.local_log_joint = local_log_joint
 
     def keeps_model(self):
-        """Pickled with the model where its local ELBO is read off the model's trace (no ``local_log_joint``)."""
-        return self.local_log_joint is None
+        """Pickled with the model where its local ELBO is read off the model's trace (no ``local_log_joint``)
+        or its plate is read off the model."""
+        return self.local_log_joint is None or super().keeps_model()
 
     def factor_with_terms(self, indices, args, kwargs, theta):
         # torch.jit.trace cannot trace the steps' autograd.grad: under it (JitTrace_ELBO) they run as one Python

@@ -65,6 +65,12 @@ class Structure:
         """The shape a local value's batch takes for ``batch`` datapoints: [batch] at the plate's dim."""
         return torch.Size([batch] + [1] * (-self.dim - 1))
 
+    def at_plate_dim(self, values, event_dims):
+        """Per-datapoint values [*lead, B, *event] (``event_dims`` of them) with B moved to the plate's dim:
+        [*lead, B, 1…, *event], as a site in the plate takes them (the plate at dim -1: unchanged)."""
+        cut = values.dim() - event_dims
+        return values.reshape(values.shape[:cut] + (1,) * (-self.dim - 1) + values.shape[cut:])
+
     def split(self, flat):
         """Flat [*lead, B, size] → site → its unconstrained values with the plate's dim in place and the
         leading dimensions (draws, particles) flattened into one, left of all the model's plates:
@@ -118,89 +124,6 @@ def read_structure(trace, plate):
     stray = tuple(name for name, site in trace.nodes.items() if site["type"] == "sample" and site["is_observed"]
                   and site["cond_indep_stack"] and plate not in [f.name for f in site["cond_indep_stack"]])
     return Structure(plate, frame.dim, frame.full_size or frame.size, local_sites, global_sites, nesting, stray)
-
-
-@dataclass(frozen=True)
-class PlateRecipe:
-    """How a call's data plate follows from the model's arguments, read once off the prototype call (so that
-    no call runs the model to find its plate, and a guide unpickled without its model still knows it):
-
-    - ``indices_from``: the plate's subsample indices are this argument (a position or a keyword), as in
-      ``pyro.plate(name, N, subsample=idx)``;
-    - otherwise, where ``subsample_size`` < ``size``, the plate draws its own minibatch (``subsample_size=B``):
-      the guide's plate draws it, and the model's plate takes the guide's indices (Pyro's replay);
-    - otherwise the plate covers every datapoint, ``pyro.plate(name, len(x))``.
-
-    ``size_from`` / ``subsample_size_from``: the argument whose rows (a tensor) or value (an int) the plate's
-    size / subsample size was at the prototype call, so that it follows a call on other data (None: fixed)."""
-
-    size: int
-    subsample_size: int
-    dim: int
-    device: object = None
-    indices_from: object = None
-    size_from: object = None
-    subsample_size_from: object = None
-
-    def covers_all(self):
-        """Whether the plate takes every datapoint, in order (``pyro.plate(name, len(x))``)."""
-        return self.indices_from is None and self.subsample_size >= self.size
-
-    def plate(self, name, args, kwargs):
-        """The data plate of a call with these arguments, as the model makes it."""
-        size = _read(self.size_from, args, kwargs, self.size)
-        if self.indices_from is not None:
-            return pyro.plate(name, size, subsample=_value(self.indices_from, args, kwargs), dim=self.dim)
-        subsample_size = _read(self.subsample_size_from, args, kwargs, self.subsample_size)
-        if subsample_size < size:
-            return pyro.plate(name, size, subsample_size=subsample_size, dim=self.dim, device=self.device)
-        return pyro.plate(name, size, dim=self.dim, device=self.device)
-
-
-def _value(key, args, kwargs):
-    return args[key] if isinstance(key, int) else kwargs[key]
-
-
-def _read(key, args, kwargs, default):
-    """The size an argument stands for: a tensor's rows, an int itself; ``default`` where key is None."""
-    if key is None:
-        return default
-    value = _value(key, args, kwargs)
-    return value.shape[0] if torch.is_tensor(value) else int(value)
-
-
-def _arguments(args, kwargs):
-    return list(enumerate(args)) + list(kwargs.items())
-
-
-def plate_recipe(trace, plate, args, kwargs, prefer=None):
-    """The :class:`PlateRecipe` of the data plate ``plate`` in a model's trace made with these arguments
-    (``prefer``: the argument whose rows to read the size from when several match, e.g. the encoder's)."""
-    site = trace.nodes[plate]  # the plate's subsample site: its indices and sizes (Pyro records every plate so)
-    indices, size = site["value"], site["fn"].size
-    subsample_size = site["fn"].subsample_size or len(indices)
-    pairs = _arguments(args, kwargs)
-    indices_from = next((key for key, value in pairs if value is indices), None)
-    if indices_from is None and subsample_size < size:
-        indices_from = next((key for key, value in pairs if torch.is_tensor(value) and value.dim() == 1
-                             and not value.is_floating_point() and value.shape == indices.shape
-                             and torch.equal(value.to(indices.device), indices)), None)
-
-    def matching(n):
-        rows = [key for key, value in pairs if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == n]
-        ints = [key for key, value in pairs if isinstance(value, int) and not isinstance(value, bool) and value == n]
-        return prefer if prefer in rows else next(iter(rows + ints), None)
-
-    whole = indices_from is None and subsample_size >= size
-    return PlateRecipe(size, subsample_size, _frame_dim(trace, plate), str(indices.device), indices_from,
-                       size_from=matching(size) if whole or indices_from is None else None,
-                       subsample_size_from=None if whole or indices_from is not None else matching(subsample_size))
-
-
-def _frame_dim(trace, plate):
-    """The data plate's dim, from a site inside it."""
-    return next(frame.dim for node in trace.nodes.values() if node["type"] == "sample"
-                for frame in node["cond_indep_stack"] if frame.name == plate)
 
 
 def global_sites_model(trace, structure):
