@@ -100,7 +100,8 @@ def test_without_the_guides_mask_masked_rows_drift():
 def test_a_masked_model_without_local_mask_is_refused():
     seqs, mask = padded_sequences()
     for name in AUTOGUIDES:
-        with pytest.raises(ValueError, match="masks the local site 'z_0': give local_mask") as caught:
+        # z_0's mask is all true (every sequence has a first step): no mask; z_1's is the first that masks
+        with pytest.raises(ValueError, match="masks the local site 'z_1': give local_mask") as caught:
             build(name)(seqs, mask)
         assert "\n" not in str(caught.value)
     with pytest.raises(ValueError, match="no local_mask"):

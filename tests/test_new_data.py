@@ -276,3 +276,22 @@ def test_the_linear_gaussian_optimum_on_held_out_data_of_another_size():
     se = estimates.std() / math.sqrt(len(estimates))
     assert abs(estimates.mean() - reached) < 4 * se, (estimates.mean(), reached, se)  # the call's own scale
     assert (best - reached) / 200 < 0.1, (best, reached)  # the encoder near the optimum on held-out points
+
+
+def test_a_mask_that_keeps_everything_is_no_mask():
+    """.mask(True), Pyro's idiom for an optional mask, and an all-true mask need no local_mask; a mask all true at
+    the first call that masks rows in a later one is refused there, in one line (under Pyro's validation)."""
+    def optional(x, keep=True):
+        with pyro.plate("data", len(x)):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([DZ]).to_event(1).mask(keep))
+            pyro.sample("x", dist.Normal(z @ W.T, 0.5).to_event(1), obs=x)
+
+    x = data(B, 1)
+    guide = AutoAmortizedNormal(optional, width=8)
+    assert_the_models_plate_and_scale(optional, guide, (x,), {})
+    assert_the_models_plate_and_scale(optional, guide, (x, torch.ones(B, dtype=torch.bool)), {})
+    keep = torch.arange(B) < B - 2
+    with pytest.raises(GuideError, match="the model masks the local site 'z': give local_mask="):
+        guide(x, keep)
+    masked = AutoAmortizedNormal(optional, width=8, local_mask=lambda x, keep=True: torch.as_tensor(keep).expand(len(x)))
+    assert_the_models_plate_and_scale(optional, masked, (x, keep), {})

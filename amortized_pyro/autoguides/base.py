@@ -25,7 +25,7 @@ from pyro.poutine.util import is_validation_enabled, site_is_subsample
 
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
 from amortized_pyro.autoguides.protocol import Measured
-from amortized_pyro.autoguides.masking import local_masks, masked_sites
+from amortized_pyro.autoguides.masking import check_unmasked, local_masks, masked_sites
 from amortized_pyro.autoguides.plates import read_model_plate
 from amortized_pyro.autoguides.structure import global_sites_model, local_init, read_structure
 from amortized_pyro.errors import GuideError
@@ -130,11 +130,8 @@ class AutoLocalGuide(Measured, AutoGuide):
                 self.master()._check_prototype(self.prototype_trace)
             self._prototype_frames = {frame.name: frame for _, site in self.prototype_trace.iter_stochastic_nodes()
                                       for frame in site["cond_indep_stack"]}
-            masked = masked_sites(full, self.structure)
-            if masked and self.local_mask is None:
-                raise GuideError("the model masks the local site %r: give local_mask=a function of the model's "
-                                 "arguments returning the mask of the call's datapoints [B], as the model "
-                                 "computes it" % masked[0])
+            for name in masked_sites(full, self.structure):
+                check_unmasked(name, full.nodes[name], self.local_mask)
             with poutine.block():  # the prototype call's plates, seen by nobody
                 indices = self._indices(self._create_plates(*args, **kwargs), args, kwargs)
             self.init_locs = local_init(full, self.structure, self.init_loc_fn)
@@ -228,6 +225,8 @@ class AutoLocalGuide(Measured, AutoGuide):
         if given is None:
             self.call_plate = self._read_plate(args, kwargs)
             plates.append(self.call_plate.plate(self.plate))
+            if is_validation_enabled():  # a mask all true at the prototype may not be in this call (a host sync)
+                check_unmasked(self.call_plate.site, self.call_plate.node, self.local_mask)
         else:
             self.call_plate = None
             if is_validation_enabled():

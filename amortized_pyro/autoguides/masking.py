@@ -16,14 +16,21 @@ from amortized_pyro.errors import GuideError
 from amortized_pyro.local.estimates import HALF_LOG_2PI
 
 
+def _no_mask(mask):
+    """Whether a mask keeps everything: None, True, or a tensor all true (Pyro's idiom for an optional mask,
+    ``.mask(True)``, is no mask). Read once, at the prototype call."""
+    return mask is None or mask is True or (torch.is_tensor(mask) and bool(mask.all()))
+
+
 def _is_masked(node):
     """Whether the model masks this site by a tensor or False (``poutine.mask``, or a ``.mask(...)`` anywhere in
-    its distribution: ``Independent`` and ``MaskedDistribution`` wrap one another)."""
-    if node["mask"] is not None and node["mask"] is not True:
+    its distribution: ``Independent`` and ``MaskedDistribution`` wrap one another); a mask that keeps
+    everything is none."""
+    if not _no_mask(node["mask"]):
         return True
     fn = node["fn"]
     while fn is not None:
-        if isinstance(fn, dist.MaskedDistribution):
+        if isinstance(fn, dist.MaskedDistribution) and not _no_mask(fn._mask):  # its mask (no public accessor)
             return True
         fn = getattr(fn, "base_dist", None)
     return False
@@ -32,6 +39,14 @@ def _is_masked(node):
 def masked_sites(trace, structure):
     """The local sites the model masks, in trace order."""
     return [site.name for site in structure.locals if _is_masked(trace.nodes[site.name])]
+
+
+def check_unmasked(site, node, local_mask):
+    """One line of :class:`GuideError` where the model masks the local site ``site`` (its message or trace
+    node ``node``) and the guide was given no ``local_mask``."""
+    if local_mask is None and _is_masked(node):
+        raise GuideError("the model masks the local site %r: give local_mask=a function of the model's "
+                         "arguments returning the mask of the call's datapoints [B], as the model computes it" % site)
 
 
 def local_masks(mask, structure, batch):

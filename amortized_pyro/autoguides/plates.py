@@ -72,7 +72,8 @@ class _ToTheFirstLocalSite(Messenger):
 class ModelPlate:
     """The data plate of one model call, as the model made it: ``size`` (N), ``subsample_size`` (B),
     ``subsample`` (the indices the model gave, or None: every datapoint, or a minibatch the plate draws),
-    ``device``, and at the first local site ``site`` (its name) and the plate's ``dim`` there."""
+    ``device``, and at the first local site ``site`` (its name), the plate's ``dim`` there and the site's
+    ``node`` (its mask and distribution: whether the model masks it in this call)."""
 
     size: int
     subsample_size: int
@@ -80,6 +81,7 @@ class ModelPlate:
     device: object
     site: str
     dim: int
+    node: dict
 
     @property
     def covers_all(self):
@@ -128,4 +130,5 @@ def read_model_plate(model, structure, values, args, kwargs):
     frame = next(f for f in msg["cond_indep_stack"] if f.name == structure.plate)
     subsample_size = len(subsample) if subsample is not None else (fn.size if fn.subsample_size is None
                                                                    else min(fn.subsample_size, fn.size))
-    return ModelPlate(fn.size, subsample_size, subsample, fn.device, msg["name"], frame.dim)
+    node = {"mask": msg["mask"], "fn": msg["fn"]}
+    return ModelPlate(fn.size, subsample_size, subsample, fn.device, msg["name"], frame.dim, node)
