@@ -1,6 +1,7 @@
 """Models the package did not write, for the guide builders' tests: a linear-Gaussian latent model (posterior,
-log p(x) and the best mean-field ELBO in closed form) in three plate styles, the same with global latents, and
-a standard VAE written as Pyro's examples/vae writes it (a ``pyro.module`` decoder, no prior on its weights)."""
+log p(x) and the best mean-field ELBO in closed form) in three plate styles, the same with global latents,
+a standard VAE written as Pyro's examples/vae writes it (a ``pyro.module`` decoder, no prior on its weights),
+and Pyro's sparse gamma deep exponential family (Gamma locals, Poisson counts)."""
 import math
 
 import torch
@@ -115,3 +116,33 @@ class VAE(nn.Module):
         with pyro.plate("data", x.shape[0]):
             h = self.body(x)
             pyro.sample("latent", dist.Normal(self.loc(h), self.log_scale(h).exp()).to_event(1))
+
+
+class SparseGammaDEF:
+    """Pyro's examples/sparse_gamma_def.py model at small sizes (``pixels`` per datapoint, layers of widths
+    ``top``, ``mid``, ``bottom``): Gamma weights in their own plates, three layers of Gamma locals per
+    datapoint, Poisson counts."""
+
+    alpha_z, beta_z, alpha_w, beta_w = 0.1, 0.1, 0.1, 0.3
+
+    def __init__(self, pixels, top=4, mid=3, bottom=2):
+        self.pixels, self.top, self.mid, self.bottom = pixels, top, mid, bottom
+
+    def model(self, x):
+        with pyro.plate("w_top_plate", self.top * self.mid):
+            w_top = pyro.sample("w_top", dist.Gamma(self.alpha_w, self.beta_w))
+        with pyro.plate("w_mid_plate", self.mid * self.bottom):
+            w_mid = pyro.sample("w_mid", dist.Gamma(self.alpha_w, self.beta_w))
+        with pyro.plate("w_bottom_plate", self.bottom * self.pixels):
+            w_bottom = pyro.sample("w_bottom", dist.Gamma(self.alpha_w, self.beta_w))
+        with pyro.plate("data", x.size(0)):
+            z_top = pyro.sample("z_top", dist.Gamma(self.alpha_z, self.beta_z).expand([self.top]).to_event(1))
+            w_top = w_top.reshape(w_top.shape[:-1] + (self.top, self.mid))
+            mean_mid = torch.matmul(z_top.unsqueeze(-2), w_top).squeeze(-2)
+            z_mid = pyro.sample("z_mid", dist.Gamma(self.alpha_z, self.beta_z / mean_mid).to_event(1))
+            w_mid = w_mid.reshape(w_mid.shape[:-1] + (self.mid, self.bottom))
+            mean_bottom = torch.matmul(z_mid.unsqueeze(-2), w_mid).squeeze(-2)
+            z_bottom = pyro.sample("z_bottom", dist.Gamma(self.alpha_z, self.beta_z / mean_bottom).to_event(1))
+            w_bottom = w_bottom.reshape(w_bottom.shape[:-1] + (self.bottom, self.pixels))
+            mean_obs = torch.matmul(z_bottom.unsqueeze(-2), w_bottom).squeeze(-2)
+            pyro.sample("obs", dist.Poisson(mean_obs).to_event(1), obs=x)

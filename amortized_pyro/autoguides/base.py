@@ -50,10 +50,11 @@ class AutoLocalGuide(Measured, AutoGuide):
         μ = 0 in unconstrained space; ``init_to_median``, ``init_to_sample``, ``init_to_mean``,
         ``init_to_value``, ...) for the global part and the free factors' μ_n (per-datapoint: each datapoint of
         the prototype call its own, repeated periodically over the plate's full size where it was subsampled,
-        as Pyro's AutoNormal repeats; shared: their mean); an encoder starts at torch's initialization.
+        as Pyro's AutoNormal repeats; shared: their mean); an encoder's heads start at their mean
+        (``head_init="zero"``, :class:`~.families.AutoAmortizedNormal`).
     :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
-        (per-datapoint, shared) and of AutoNormal's global factors; an encoder's initial σ_n is
-        ``init_scale`` times exp of its log-scale head at torch's default initialization.
+        (per-datapoint, shared), of an encoder's factors (``head_init="zero"``) and of AutoNormal's global
+        factors.
     :param global_guide: the guide of the global latent sites (unused where the model has none): ``"normal"``
         (mean-field Normal, Pyro's AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a guide object of
         one's own: a module that draws every global site when called with the model's arguments and returns
@@ -255,6 +256,8 @@ class AutoLocalGuide(Measured, AutoGuide):
         result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
         indices = self._indices(plates, args, kwargs)
         loc, scale, terms = self.factor_with_terms(indices, args, kwargs, result)
+        if is_validation_enabled():  # a host sync, as Pyro's own argument checks
+            self.check_finite(loc, scale)
         locs, scales = self.structure.split(loc), self.structure.split(scale)
         masks = self.site_masks(args, kwargs, loc.shape[-2])
         with plates[self.plate]:
@@ -269,6 +272,17 @@ class AutoLocalGuide(Measured, AutoGuide):
                 terms = self.structure.at_plate_dim(terms, 0)
                 pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)
         return result
+
+    def check_finite(self, loc, scale):
+        """One line of :class:`GuideError` where the factor (μ, σ) [..., B, size] is not finite (σ: positive),
+        naming the first local site and how many datapoints it is so for."""
+        bad = ~(torch.isfinite(loc) & torch.isfinite(scale) & (scale > 0))
+        if bad.any():
+            rows = bad.reshape(-1, bad.shape[-2], bad.shape[-1]).any(0)
+            site = next(s for s in self.structure.locals if rows[:, s.start:s.stop].any())
+            raise GuideError("the guide's factor of the local site %r is not finite for %d of %d datapoints: try "
+                             "encoder_input= a transform of the data (log1p of counts), a smaller learning rate or "
+                             "init_scale" % (site.name, int(rows.any(-1).sum()), rows.shape[0]))
 
     def site_masks(self, args, kwargs, batch):
         """site → the call's mask [B, 1…] of the sites ``local_mask`` masks ({} without it)."""
@@ -295,9 +309,10 @@ class AutoLocalGuide(Measured, AutoGuide):
         context = None if context is None else at_plate(context, 1)
         u = pyro.sample(LOCAL_FLOW, self.local_flow.distribution(at_plate(loc, 1), at_plate(scale, 1), context),
                         infer={"is_auxiliary": True})
-        values, draws = self.structure.split(u.flatten(self.structure.dim - 1, -2)), {}
-        for site in self.structure.locals:
-            value, event_dim = values[site.name], len(site.unconstrained_shape)
+        draws = {}
+        for site in self.structure.locals:  # u's leading dims as Pyro's plates made them (particles included)
+            value = u[..., site.start:site.stop].reshape(u.shape[:-1] + site.unconstrained_shape)
+            event_dim = len(site.unconstrained_shape)
             if site.is_real:
                 draws[site.name] = pyro.sample(site.name, dist.Delta(value, event_dim=event_dim))
                 continue

@@ -31,9 +31,28 @@ from amortized_pyro.support.streams import outside_the_stream
 DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
 
 
-def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS):
-    """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]."""
-    return nn.Sequential(nn.Flatten(), hidden_layers(x_dim, width, layers))
+def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, data=None):
+    """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]; with
+    ``data`` (a batch of it), the flattened input first standardized by that batch (:class:`Standardize`)."""
+    steps = [nn.Flatten()] + ([] if data is None else [Standardize(data.flatten(1))])
+    return nn.Sequential(*steps, hidden_layers(x_dim, width, layers))
+
+
+class Standardize(nn.Module):
+    """x → (x − m) / s with m the per-feature mean and s the overall standard deviation of a batch of data
+    [B, D], read once and held fixed (buffers; s = 1 where the batch does not vary): an encoder's input on the
+    scale its initialization expects, whatever the data's (counts in the tens made the first Adam steps
+    diverge, issue 59)."""
+
+    def __init__(self, data):
+        super().__init__()
+        data = data.detach().to(torch.get_default_dtype())
+        spread = data.std() if data.numel() > 1 else data.new_tensor(0.0)
+        self.register_buffer("mean", data.mean(0))
+        self.register_buffer("scale", torch.where(spread > 0, spread, torch.ones_like(spread)))
+
+    def forward(self, x):
+        return (x - self.mean) / self.scale
 
 
 class _FreeFactors(AutoLocalGuide):
@@ -85,8 +104,7 @@ class AutoSharedNormal(_FreeFactors):
 
 class AutoAmortizedNormal(AutoLocalGuide):
     """A-VI: (μ_n, log σ_n) = (W_μ h_n + b_μ, W_σ h_n + b_σ), h_n = encoder(x_n), with one pair of linear
-    heads for all local sites (sized by the flat unconstrained layout). The heads start at torch's default
-    initialization, with log ``init_scale`` added to the log-scale head's bias.
+    heads for all local sites (sized by the flat unconstrained layout).
 
     :param callable model: as :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`.
     :param torch.nn.Module encoder: data [B, ...] → features [B, F]; None builds :func:`default_encoder`
@@ -96,17 +114,29 @@ class AutoAmortizedNormal(AutoLocalGuide):
         returning it (the batch in the plate's order, or all N).
     :param int width: the default encoder's width.
     :param int layers: the default encoder's hidden layers.
+    :param str head_init: how the heads start: ``"zero"`` (the default) their weights at zero, so that every
+        datapoint's factor starts at σ = ``init_scale`` and μ = the prototype's ``init_loc_fn`` values (their
+        mean), whatever the data's scale (an input of counts in the tens put torch's default heads' σ at
+        hundreds in unconstrained space: NaN from the first step, issue 59); ``"torch"`` torch's default
+        initialization with log ``init_scale`` added to the log-scale head's bias (the package's studies, and
+        this builder before).
+    :param bool standardize: the default encoder's input standardized by the first call's data (per-feature
+        mean, one overall standard deviation, held fixed: :class:`Standardize`); unused with ``encoder=``.
 
     The other parameters are :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s.
     """
 
     family = "amortized"
+    HEAD_INITS = ("zero", "torch")
 
-    def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, **kwargs):
+    def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
+                 head_init="zero", standardize=True, **kwargs):
         super().__init__(model, **kwargs)
-        if width < 1 or layers < 0:
-            raise GuideError("the encoder needs width >= 1 and layers >= 0, got %r and %r" % (width, layers))
-        self.encoder_input, self.width, self.layers = encoder_input, width, layers
+        if width < 1 or layers < 0 or head_init not in self.HEAD_INITS:
+            raise GuideError("the encoder needs width >= 1, layers >= 0 and head_init in %s; got %r, %r and %r"
+                             % (", ".join(self.HEAD_INITS), width, layers, head_init))
+        self.encoder_input, self.width, self.layers, self.head_init = encoder_input, width, layers, head_init
+        self.standardize = standardize
         self._body = (encoder,)  # not a child until the factor is built around it
 
     def encoder_data(self, indices, args, kwargs):
@@ -146,7 +176,8 @@ class AutoAmortizedNormal(AutoLocalGuide):
         one (on ``device``) for this data; its heads on the features' device."""
         body = self._body[0]
         if body is None:
-            body = default_encoder(math.prod(data.shape[1:]), self.width, self.layers).to(device)
+            body = default_encoder(math.prod(data.shape[1:]), self.width, self.layers,
+                                   data if self.standardize else None).to(device)
         try:
             with torch.no_grad():
                 features = body(data)
@@ -159,6 +190,11 @@ class AutoAmortizedNormal(AutoLocalGuide):
         encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale)
         encoder.loc.to(features.device)  # the heads only: a user's body stays where the user put it
         encoder.log_scale.to(features.device)
+        if self.head_init == "zero":  # every datapoint's factor starts at (init_loc_fn's μ, init_scale)
+            with torch.no_grad():
+                for head, bias in ((encoder.loc, self.init_locs.mean(0)), (encoder.log_scale, math.log(self.init_scale))):
+                    head.weight.zero_()
+                    head.bias.copy_(torch.as_tensor(bias).to(head.bias))
         return encoder
 
     def _setup_local(self, indices, args, kwargs, device):

@@ -20,6 +20,7 @@ Everything lives in each local site's unconstrained space, where the guides' fac
 gaps are those of the pushforward factors q(z_n), since the Jacobian is part of the log joint there. A model
 without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
 """
+import math
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -28,6 +29,7 @@ import pyro
 
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.autoguides.masking import MaskedJoint
+from amortized_pyro.errors import GuideError
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
 
 REFINE_SEED = 0  # an SA-VI or IA-VI guide refines its factor with z draws of this seed: a measurement the same every time
@@ -138,7 +140,22 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
         guide.check_gaussian("refinement")
     posterior = local_posterior(model, guide, args, kwargs, seen, draws)
     with pyro.validation_enabled(False) if posterior.unchecked else nullcontext():
-        return _measure(posterior, guide, settings, refine_steps, seed, progress, log)
+        result = _measure(posterior, guide, settings, refine_steps, seed, progress, log)
+    _refuse_nan(result)
+    return result
+
+
+def _refuse_nan(result):
+    """One line of :class:`GuideError` where a per-datapoint quantity came out NaN: never returned as numbers."""
+    for name, values in result.get("per_image", {}).items():
+        if not isinstance(values, (list, tuple)):
+            continue
+        bad = [i for i, v in enumerate(values) if isinstance(v, float) and math.isnan(v)]
+        if bad:
+            raise GuideError("the gap's %s is NaN for %d of %d datapoints (the first: %d): the guide's factor or "
+                             "the model's log density is not finite there; try encoder_input= a transform of the "
+                             "data (log1p of counts), a smaller learning rate, or fewer steps per refinement"
+                             % (name, len(bad), len(values), bad[0]))
 
 
 def _measure(posterior, guide, settings, refine_steps, seed, progress, log):

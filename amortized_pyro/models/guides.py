@@ -223,6 +223,7 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     if FAMILIES[family].encoder:
         options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope,
                                                  model.n_classes),  # a conditional model's rows: [x, one-hot(c)]
+                       head_init="torch", standardize=False,  # the studies' start (and their capacity sweeps')
                        encoder_input=_every_image if every else _minibatch_images)
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
