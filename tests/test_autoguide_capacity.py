@@ -99,12 +99,26 @@ def test_the_packages_guide_is_served_with_its_own_global_part():
     torch.testing.assert_close(fresh.q_theta.loc, package.q_theta.loc, rtol=0, atol=0)
 
 
-def test_an_observation_outside_the_local_plate_is_refused_in_one_line():
-    """The package's local_terms="all" draws z in the plate "latents" and observes x in the plate "data": a
-    per-datapoint log joint read off the trace would miss x's term, so it is refused rather than computed (the
-    model behind a plain function, whose log joint is read off the trace: the model itself gives its own)."""
-    model = BayesianDecoderModel(20, 6, 2, 4, local_terms="all")
+def test_an_observation_outside_the_local_plate_counts_for_its_latent():
+    """The package's local_terms="all" draws z in the plate "latents" and observes x in the plate "data" (x_i of
+    z_{idx_i}): the log joint read off the trace adds each x_i's term to its own latent (found by forward-mode
+    differentiation), so each observed latent's log joint is the one of the model with z and x in one plate, and
+    an unobserved latent's its prior alone."""
+    from amortized_pyro.autoguides import LocalJoint
+    every, minibatch = (BayesianDecoderModel(20, 6, 2, 4, local_terms=terms) for terms in ("all", "minibatch"))
+    minibatch.load_state_dict(every.state_dict())
     x = torch.rand(20, 6, generator=torch.Generator().manual_seed(2))
-    with pytest.raises(AmortizedPyroError, match="'x' sit in another plate than 'latents'"):
-        train_fresh_encoder(lambda *args: model(*args), make_guide("shared", model), x, torch.arange(20), None, x,
-                            training=EncoderTraining(max_epochs=1))
+    idx = torch.tensor([3, 7, 11])
+    u = torch.randn(2, 20, 2, generator=torch.Generator().manual_seed(3))
+    theta = make_guide("shared", every).global_sample(torch.Generator().manual_seed(4))
+    joints = []
+    for model, plate, args in ((every, "latents", (x[idx], idx, None, x)), (minibatch, "data", (x[idx], idx))):
+        guide = make_guide("shared", model)
+        assert guide.structure.plate == plate
+        joints.append(LocalJoint(lambda *a, model=model: model(*a), guide.structure, args, {}))
+    ours = joints[0](None, u, theta)
+    theirs = joints[1](None, u[:, idx], theta)
+    torch.testing.assert_close(ours[:, idx], theirs)
+    prior = torch.distributions.Normal(0.0, 1.0).log_prob(u).sum(-1)
+    unobserved = torch.ones(20, dtype=torch.bool).index_fill(0, idx, False)
+    torch.testing.assert_close(ours[:, unobserved], prior[:, unobserved])

@@ -133,6 +133,10 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     """
     settings = (settings or GapSettings()).check()
     check_draws(draws)
+    if not hasattr(guide, "structure"):  # e.g. Pyro's AutoGuideList: the sites of its other parts are not held
+        raise GuideError("measure_gap takes a guide builder of amortized_pyro.autoguides, not %s: the gap of a "
+                         "part of an AutoGuideList would need the other parts' sites held at their draws, which "
+                         "it does not do" % type(guide).__name__)
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)

@@ -3,7 +3,13 @@
     log p(x_n, z_n | θ) + log |det ∂z_n/∂u_n|,    z_n = T(u_n)  (T: each local site's ``biject_to(support)``)
 
 summed over every site inside the data plate (the local latents and the observations there), kept per
-plate element. With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
+plate element, and over the observations in a plate of their own that each depend on one datapoint (the
+radon layout: per-group intercepts in plate "groups", observations in plate "obs" indexed by their group),
+each added to its datapoint's term. Which datapoint an observation depends on is read once per call off the
+model by forward-mode differentiation (:meth:`LocalJoint._stray_rows`: directional derivatives of the
+observations' log-densities along every datapoint alike, along each datapoint scaled by its position and by
+its square: the ratios are the position and its square where an observation depends on one datapoint, and
+disagree where it depends on several, which is refused in one line). With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
 per-datapoint optimizers of :mod:`amortized_pyro.local.optimize` and the estimators of :mod:`amortized_pyro.local.gaps`
 work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
 Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up, tempering),
@@ -22,6 +28,7 @@ import warnings
 import weakref
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
@@ -76,12 +83,9 @@ class LocalJoint:
     """
 
     def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto"):
-        if structure.stray_observations:
-            raise GuideError("the observed site(s) %s sit in another plate than %r: the per-datapoint log "
-                                     "joint cannot be read off the trace (give the log joint by hand)"
-                                     % (", ".join(map(repr, structure.stray_observations)), structure.plate))
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
         self.indices, self.stacked, self.draws = indices, stacked, check_draws(draws)
+        self.stray_rows = None  # observed site → the datapoint each observation depends on (-1: none), per call
 
     def __call__(self, x, u, theta):
         lead, batch = u.shape[:-2], u.shape[-2]
@@ -89,6 +93,9 @@ class LocalJoint:
         # the leading dimensions of u become one batch dimension of ``draws`` left of all the model's plates
         # (no plate: a guide's particle plate may hold that dim while SA-VI refines inside the guide)
         flat = u.reshape((draws, batch, self.structure.size))
+        if self.structure.stray_observations and self.stray_rows is None:  # once per call's datapoints
+            self.stray_rows = self._stray_rows(batch, {name: self._one_draw(name, value, 0, draws)
+                                                       for name, value in theta.items()})
         if self.draws == "one-at-a-time" or (self.draws == "auto" and _known_unsafe(self.model, self.structure)):
             return self._one_at_a_time(flat, theta, lead)
         globals_ = {name: self._with_draws(name, value, lead) for name, value in theta.items()}
@@ -117,6 +124,48 @@ class LocalJoint:
     def _run(self, u, globals_, draws):
         """One model call: u [draws, B, size] stacked left of the plates, or [B, size] (``draws`` None) plain;
         ``globals_`` the global values as the call takes them. Returns [draws or 1, B]."""
+        trace, log_det = self._trace(u, globals_, draws)
+        return log_det + self._per_datapoint(trace, 1 if draws is None else draws, u.shape[-2])
+
+    def _stray_rows(self, batch, theta):
+        """observed site outside the plate → LongTensor [M]: the datapoint (row of the call's B) each of its M
+        observations depends on, -1 where none; read by forward-mode differentiation at one plain draw ``theta``
+        (module docstring); one line of :class:`GuideError` where an observation depends on several."""
+        device = next((v.device for v in theta.values()), None) or torch.device("cpu")
+        point = 0.5 * torch.randn(batch, self.structure.size, generator=torch.Generator().manual_seed(0)).to(device)
+        position = torch.arange(1, batch + 1, dtype=point.dtype, device=device).unsqueeze(-1).expand_as(point)
+        derivatives = []
+        for tangent in (torch.ones_like(point), position, position ** 2):
+            with fwAD.dual_level():
+                trace, _ = self._trace(fwAD.make_dual(point, tangent), theta, None)
+                derivatives.append({name: fwAD.unpack_dual(self._stray_log_p(trace.nodes[name])).tangent
+                                    for name in self.structure.stray_observations})
+        rows = {}
+        for name in self.structure.stray_observations:
+            along_all, along_position, along_square = (d[name] for d in derivatives)
+            if along_all is None:  # no observation depends on a datapoint
+                rows[name] = None
+                continue
+            depends = along_all.abs() > 1e-6 * along_all.abs().max().clamp(min=1e-30)
+            divisor = torch.where(depends, along_all, 1.0)
+            ratio = torch.where(depends, along_position / divisor, 0.0)  # the position, where one datapoint
+            square = torch.where(depends, along_square / divisor, 0.0)  # its square, where one datapoint
+            if ((square - ratio ** 2).abs() > 1e-3 * ratio ** 2).any() or (ratio.round() > batch).any():
+                raise GuideError("the observed site %r sits in another plate than %r and an observation of it "
+                                 "depends on several of its datapoints: give the log joint by hand"
+                                 % (name, self.structure.plate))
+            rows[name] = torch.where(depends, ratio.round().long() - 1, -1).reshape(-1)
+        return rows
+
+    def _stray_log_p(self, site):
+        """An observed site outside the plate: its log-density per observation [..., M] (masked terms 0)."""
+        log_p = site["fn"].log_prob(site["value"])
+        if site["mask"] is not None:
+            log_p = torch.where(torch.as_tensor(site["mask"], device=log_p.device), log_p, torch.zeros_like(log_p))
+        return log_p
+
+    def _trace(self, u, globals_, draws):
+        """The model's trace at local values u (see :meth:`_run`) and the Jacobian's log-determinant [rows, B]."""
         structure, batch, rows = self.structure, u.shape[-2], 1 if draws is None else draws
         values, data, log_det = structure.split(u), dict(globals_), 0.0
         for site in structure.locals:
@@ -131,7 +180,7 @@ class LocalJoint:
             data[structure.plate] = self.indices
         with poutine.block():
             trace = poutine.trace(poutine.condition(self.model, data=data)).get_trace(*self.args, **self.kwargs)
-        return log_det + self._per_datapoint(trace, rows, batch)
+        return trace, log_det
 
     def _particles(self, name, value, draws):
         """Whether a global value (not ``stacked``) carries a leading particle dimension; one line of
@@ -186,4 +235,18 @@ class LocalJoint:
             others = [d for d in range(nesting) if d not in keep]
             log_p = log_p.sum(others) if others else log_p
             total = total + log_p.expand(draws, batch)
+        for name, rows in (self.stray_rows or {}).items():  # observations in a plate of their own: to their row
+            if rows is not None:
+                total = total + self._scattered(trace.nodes[name], rows, draws, batch)
         return total
+
+    def _scattered(self, site, rows, draws, batch):
+        """An observed site outside the plate, its log-densities summed into the datapoint each observation
+        depends on: [draws, B]."""
+        log_p = self._stray_log_p(site)
+        nesting = self.structure.max_plate_nesting + 1
+        log_p = log_p.reshape((1,) * (nesting - log_p.dim()) + tuple(log_p.shape))
+        per_observation = log_p.reshape(log_p.shape[0], -1).expand(draws, -1)  # [draws, M]
+        keep = rows >= 0
+        out = per_observation.new_zeros(draws, batch)
+        return out.index_add(1, rows[keep].to(out.device), per_observation[:, keep.to(out.device)])
