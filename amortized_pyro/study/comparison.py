@@ -24,6 +24,7 @@ from amortized_pyro.runs.data import load_data
 from amortized_pyro.runs.layout import gap_report_path, grid_run_dir
 from amortized_pyro.runs.packs import is_pack
 from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status, write_report
+from amortized_pyro.study.clock import GridClock
 from amortized_pyro.study.executors import Job, run_local, run_ray
 from amortized_pyro.study.results import Results
 
@@ -155,6 +156,10 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
                 jobs.append(Job(data.name, name, seed, config, run_dir, data))
     for job in jobs:
         plan(job, overwrite)
+    clock = GridClock(jobs, len(jobs) if gap_images else 0, log)
+    # the trial times one run as it trains alone, here: not Ray's workers, nor seeds packed as one model
+    clock.start(next((job for job in jobs if clock.left[id(job)]), None) if executor == "local" and replicas == 1
+                else None)
     if executor == "ray":
         outcomes = run_ray(jobs, progress, log, **(ray_options or {}))
     else:
@@ -164,16 +169,19 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
         if isinstance(outcome, str):
             log("%s failed: %s" % (job.name(), outcome))
         finished[id(job)] = outcome
+        clock.ran(job)
         results = assemble(jobs, finished, study, seeds[0])
         if out:
             results.save(out / "results.jsonl")
     results = assemble(jobs, finished, study, seeds[0])
     if gap_images:
         measured = [job for job in jobs if not isinstance(finished.get(id(job)), str)]
+        clock.measuring(len(measured))
         for number, job in enumerate(measured):
             results.gaps.extend(gap_reports(job, gap_images, overwrite, log, gap_settings, progress,
                                             (2 * number, 2 * len(measured))))
             results.save(out / "results.jsonl")
+            clock.measured()
     return results
 
 
