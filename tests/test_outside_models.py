@@ -200,3 +200,48 @@ def test_measure_gap_refuses_a_guide_list_in_one_line():
     with pytest.raises(GuideError, match="measure_gap takes a guide builder of amortized_pyro.autoguides, not "
                                          "AutoGuideList"):
         measure_gap(radon, parts, GROUP_OF, y, GROUPS, settings=TINY_GAP)
+
+
+def test_a_semi_supervised_vae_through_a_guide_list():
+    """Pyro's semi-supervised VAE (examples/vae/ss_vae_M2.py, small): a class y observed where labelled and latent
+    where not, guided by a classifier of one's own beside the builder's q(z | x) in an AutoGuideList (the list's
+    create_plates: the model's plate at each call); trained on labelled and unlabelled minibatches, then served
+    on new data of another size, with the model's plate and scale."""
+    from pyro import poutine
+    from pyro.infer import Predictive
+    from pyro.infer.autoguide import AutoGuideList
+    classes, latent, pixels = 3, 2, 6
+    decoder = torch.nn.Linear(latent + classes, pixels)
+    classifier = torch.nn.Linear(pixels, classes)
+
+    def model(x, y=None):
+        pyro.module("decoder", decoder)
+        with pyro.plate("data", len(x)):
+            y = pyro.sample("y", dist.Categorical(logits=torch.zeros(classes)), obs=y)
+            z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([latent]).to_event(1))
+            codes = torch.nn.functional.one_hot(y, classes).to(z.dtype).expand(z.shape[:-1] + (classes,))
+            pyro.sample("x", dist.Normal(decoder(torch.cat([z, codes], -1)), 1.0).to_event(1), obs=x)
+
+    def guide_y(x, y=None):  # a part of the list: in the list's plate, as its autoguide parts are
+        pyro.module("classifier", classifier)
+        if y is None:
+            with guide.plates["data"]:
+                pyro.sample("y", dist.Categorical(logits=classifier(x)))
+
+    guide = AutoGuideList(model, create_plates=lambda x, y=None: pyro.plate("data", len(x)))
+    guide.append(AutoAmortizedNormal(poutine.block(model, hide=["y"]), width=8))
+    guide.append(guide_y)
+    generator = torch.Generator().manual_seed(5)
+    x, labels = torch.randn(40, pixels, generator=generator), torch.randint(classes, (40,), generator=generator)
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": 0.01}), Trace_ELBO())
+    for start in range(0, 40, 10):
+        batch = slice(start, start + 10)
+        assert math.isfinite(svi.step(x[batch], labels[batch]))  # labelled
+        assert math.isfinite(svi.step(x[batch]))  # unlabelled: y guided by the classifier
+    new = torch.randn(23, pixels, generator=generator)
+    guide_trace = poutine.trace(guide).get_trace(new)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(new)
+    for name in ("y", "z"):
+        assert guide_trace.nodes[name]["value"].shape[0] == 23
+        assert guide_trace.nodes[name]["scale"] == model_trace.nodes[name]["scale"] == 1.0
+    assert Predictive(model, guide=guide, num_samples=2)(new)["x"].shape == (2, 23, pixels)
