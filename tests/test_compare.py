@@ -229,6 +229,26 @@ def test_compare_measures_the_gaps_and_reuses_them(tmp_path, monkeypatch, saved_
     assert CliRunner().invoke(cli, args).exit_code == 0
 
 
+def test_a_gap_report_whose_refinement_rows_kept_their_last_iterate_is_measured_again(tmp_path):
+    """A report made before refinement rows kept their best iterate (no ``kept_steps``) is not reused: its rows of
+    more steps could read a larger gap left than those of fewer."""
+    args = ["compare", "--guides", "shared", "--seeds", "0", "--dataset", "mnist-sample", "--n-obs", "40", "--n-test",
+            "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3", "--predictive-draws", "0",
+            "--gap-images", "2", "--gap-max-steps", "50", "--gap-ais-steps", "0", "--gap-theta-draws", "2",
+            "--gap-samples", "5", "--gap-importance-samples", "5", "--no-progress", "--out", str(tmp_path)]
+    assert run_cli(args).exit_code == 0
+    path = tmp_path / "runs" / "mnist-sample" / "constant-VI-seed0" / "gap-test.json"
+    report = json.loads(path.read_text())
+    assert [len(row["kept_steps"]) for row in report["refinement"]] == [2] * 4
+    for row in report["refinement"]:
+        del row["kept_steps"]
+    path.write_text(json.dumps(report))
+    again = run_cli(args)
+    assert again.exit_code == 0 and "gap-test.json was measured before refinement rows kept their best iterate: " \
+        "measuring again" in again.output
+    assert all("kept_steps" in row for row in json.loads(path.read_text())["refinement"])
+
+
 @pytest.mark.parametrize("study", ["offline", "informative"])
 def test_committed_results_stay_readable(study, tmp_path):
     """Results committed by earlier versions (figures/) load, summarize and plot with this one."""

@@ -29,7 +29,7 @@ from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
 from amortized_pyro.local.flows import RowFlow
 from amortized_pyro.local.gaps import GapSettings, measure_factors
-from amortized_pyro.local.optimize import converge
+from amortized_pyro.local.optimize import converge, refine
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.report.tables import format_gap, format_reports
@@ -163,6 +163,39 @@ def test_a_decoder_that_is_another_function_of_z_at_each_draw_reads_no_gap_below
     assert (coupling_se > scored.std(0) / math.sqrt(len(score))).all()
     assert "q* per image came from: the guide's factor: %d;" % (won == 0).sum() in format_gap(dict(
         result, n_images=N, run="hand-written", split="test", optimized_plugin_mse=0.0))
+
+
+
+def test_more_refinement_steps_never_leave_a_worse_factor_on_the_selection_draws():
+    """Refinement on M = 2 draws of a decoder that is another function of z at each draw overfits them: on the
+    selection draws the factors of 20 and 100 raw steps end below those of fewer, for every image. Each row keeps,
+    per image, the best on the selection draws of the guide's factor and the iterates of at most its steps (as q*
+    keeps its best), says which (``kept_steps``), and its gap left is that factor's: so a row of more steps is never
+    worse there than one of fewer, from the same start."""
+    x = images()
+    fit, score, select = sampled("W", (DX, DZ))
+    tau = (1 + SPREAD ** 2 * DX / SIGMA ** 2) ** -0.5
+    guide = (torch.zeros(N, DZ), torch.full((N, DZ), tau))
+    steps = (0, 5, 20, 100)
+    raw = {k: refine(random_decoder, x, guide[0], guide[1].log(), fit.at("refine"), SETTINGS.refine_lr, k,
+                     SETTINGS.step_samples) if k else (guide[0], guide[1].log()) for k in steps}
+    on_select = {k: per_draw(random_decoder, x, loc, log_scale.exp(), select.at("select"), SETTINGS.samples).mean(0)
+                 for k, (loc, log_scale) in raw.items()}
+    assert (on_select[100] < on_select[20]).all() and (on_select[20] < on_select[5]).sum() >= N // 2  # overfitted
+    result, _ = measure_factors(random_decoder, x, fit, score, guide, DZ, SETTINGS, refine_steps=steps, select=select)
+    optimum = torch.tensor(result["per_image"]["elbo_optimized"])
+    scored = torch.stack([local_elbo(random_decoder, x, loc, log_scale.exp(), score.at("score"), SETTINGS.samples)
+                          for loc, log_scale in raw.values()])
+    kept, value = {}, {}
+    for k in steps:
+        among = torch.stack([on_select[j] for j in steps if j <= k])
+        kept[k], value[k] = torch.tensor(steps)[among.argmax(0)], among.max(0).values
+    for row in result["refinement"]:  # the kept factor's gap left
+        chosen = scored[[steps.index(j) for j in kept[row["steps"]].tolist()], range(N)]
+        assert torch.allclose(torch.tensor(row["per_image"]), optimum - chosen), row["steps"]
+    assert [row["kept_steps"] for row in result["refinement"]] == [kept[k].tolist() for k in steps]
+    assert all((value[more] >= value[fewer]).all() for fewer, more in zip(steps, steps[1:]))
+    assert kept[100].tolist() != [100] * N
 
 
 def affine(params, v, context):

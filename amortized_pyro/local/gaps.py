@@ -38,7 +38,10 @@ are Cremer et al.'s. The global term KL(q(θ) ‖ p(θ)) / N of the ELBO is the 
 out. Standard errors are over the images only: the θ draws, the z draws and the trained run (one seed) are
 held fixed (errors over seeds and images together: :mod:`amortized_pyro.gap.pooling`). Refinement
 (semi-amortized inference as an evaluation): ``refine_steps`` = (0, 5, 20, …) runs that many Adam steps (on
-the fitting draws, at ``refine_lr``) from the guide's factor and records the gap left, L_n(q*) − L_n(q_k).
+the fitting draws, at ``refine_lr``) from the guide's factor and records the gap left, L_n(q*) − L_n(q_k), where
+q_k keeps, per image, the best on the selection draws of the guide's factor and the iterates of at most k steps
+(as q* keeps its best; ``kept_steps`` says which): on a few fitting draws the steps can overfit them, and a row of
+more steps would then read a larger gap left than one of fewer (constant-VI's 100 steps, in the Quickstart).
 
 The choice. q*_n is the candidate of highest L_n on S'' *selection* draws θ''_s ~ q(θ) (``select_draws``), with
 z draws of their own (the same z for every candidate); q*_nm the one of highest L_n(q; θ_m) on z draws of their
@@ -76,7 +79,7 @@ from tqdm.auto import tqdm
 from amortized_pyro.local.ais import ais_log_marginal
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, local_elbo, per_draw, scoring_stderrs
-from amortized_pyro.local.optimize import Optimum, StoppingRule, converge, pick, refine
+from amortized_pyro.local.optimize import Optimum, StoppingRule, best_of, converge, kept_iterates, refine
 from amortized_pyro.settings import Checked, setting
 
 THETA_MODES = ("sample", "mean")
@@ -170,17 +173,6 @@ def summarize(values):
     return {"mean": values.mean().item(), "stderr": stderr}
 
 
-def best_of(log_joint, x, draws, samples, chunk, candidates, per_theta=False):
-    """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` of highest L_n on ``draws``, each
-    by ``samples`` z draws from the draws' own generators (the same z for every candidate); with ``per_theta``, per
-    image and draw θ_m the candidate of highest L_n(q; θ_m) (candidates [n, ...] or [M, n, ...]). A NaN estimate
-    never wins; of equal ones the first. Returns (the winners, assembled; each row's winner's index)."""
-    values = torch.stack([per_draw(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, "mean", chunk, c.flow)
-                          for c in candidates])
-    choice = (values if per_theta else values.mean(1)).nan_to_num(nan=-math.inf).argmax(0)
-    return pick(choice, candidates), choice
-
-
 def counted(names, choice):
     """{name: how many rows each candidate won}."""
     return dict(zip(names, torch.bincount(choice.flatten(), minlength=len(names)).tolist()))
@@ -236,21 +228,24 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                                      flow=flow.at_identity())
         names += ["the Gaussian q* with identity transforms, optimized", "the Gaussian q*"]
         candidates += [from_gaussian, replace(gaussian, flow=flow.at_identity())]
-    refined = {}
+    rows_at = {}  # refinement steps → the candidate index of their factor
     for k in (refine_steps if factor is not None else ()):  # refinement starts from the guide's own factor
         if k:
-            refined[k] = refine(log_joint, x, start[0], start[1].log(), fit.at("refine"), settings.refine_lr, k,
-                                settings.step_samples, chunk=chunk)
+            rows_at[k] = len(candidates)
             names.append("the guide's factor after %d refinement steps" % k)
-            candidates.append(Optimum(*refined[k], optimized.steps, optimized.capped))
-    best, won = best_of(log_joint, x, (fit if select is None else select).at("select"), samples, chunk, candidates)
+            candidates.append(Optimum(*refine(log_joint, x, start[0], start[1].log(), fit.at("refine"),
+                                              settings.refine_lr, k, settings.step_samples, chunk=chunk),
+                                      optimized.steps, optimized.capped))
+    best, won, chosen_on = best_of(log_joint, x, (fit if select is None else select).at("select"), samples, chunk,
+                                   candidates)
+    refined = kept_iterates(chosen_on, rows_at, candidates)
     per_theta, won_m = best, None
     if coupling:
         with bar("q*_m, %d θ draws" % len(fit)) as q_m_bar:
             optimized_m = converge(log_joint, x, best.loc, best.log_scale, fit.at("fit-per-draw"), lr, rule,
                                    settings.step_samples, per_draw=True, compact=compact, chunk=chunk, bar=q_m_bar,
                                    flow=best.flow)
-        per_theta, won_m = best_of(log_joint, x, fit.at("select"), samples, chunk, per_theta=True, candidates=[
+        per_theta, won_m, _ = best_of(log_joint, x, fit.at("select"), samples, chunk, per_theta=True, candidates=[
             Optimum(best.loc, best.log_scale, optimized_m.steps, optimized_m.capped, best.flow), optimized_m])
     scored = score.at("score")
     optimized_draws = per_draw(log_joint, x, best.loc, best.log_scale.exp(), scored, samples, "mean", chunk,
@@ -281,9 +276,10 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
         per_image.update(elbo_optimized_gaussian=elbo_gaussian, flow_gain=elbo_optimized - elbo_gaussian)
     rows = []
     for k in (refine_steps if factor is not None else ()):
-        left = elbo_optimized - local_elbo(log_joint, x, refined[k][0], refined[k][1].exp(), scored, samples,
-                                           chunk) if k else per_image["amortization_gap"]  # 0: the same estimate
-        rows.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist()})
+        (loc, log_scale), kept = refined[k] if k else ((None, None), torch.zeros(n, dtype=torch.long))
+        left = elbo_optimized - local_elbo(log_joint, x, loc, log_scale.exp(), scored, samples, chunk) if k else \
+            per_image["amortization_gap"]  # 0: the same estimate
+        rows.append({"steps": k, "gap_left": summarize(left), "per_image": left.tolist(), "kept_steps": kept.tolist()})
     result = {name: summarize(values) for name, values in per_image.items()}
     per_image.update(scoring_stderrs(optimized_draws, guide_draws, per_theta_draws))
     capped, capped_per_theta = int(best.capped.sum()), int(per_theta.capped.sum()) if coupling else 0

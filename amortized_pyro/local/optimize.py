@@ -1,7 +1,8 @@
 """The per-image optimizers of local ELBOs: :func:`refine` (a fixed number of steps: the semi-amortized
 guide's refinement, the gap's refinement rows) and :func:`converge` (until each row's windowed stopping rule:
 the gap's q*, and with ``per_draw`` the q*_m of every θ draw at once), both on the estimates of
-:mod:`amortized_pyro.local.estimates`; :func:`pick` assembles, row by row, the winners among several factors.
+:mod:`amortized_pyro.local.estimates`; :func:`best_of` chooses among several factors (:func:`pick` assembles the
+winners, row by row) and :func:`kept_iterates` keeps a refinement's best iterate.
 """
 import math
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ import torch
 
 from amortized_pyro.local.steppers import ClippedMomentum, RowAdam, SmoothAdam
 from amortized_pyro.local.draws import Draws
-from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, weights
+from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, per_draw, weights
 from amortized_pyro.local.flows import pulled
 
 
@@ -63,6 +64,33 @@ def pick(choice, candidates):
     flow = candidates[0].flow
     return Optimum(*(chosen([getattr(c, f) for c in candidates]) for f in ("loc", "log_scale", "steps", "capped")),
                    None if flow is None else flow.with_params(chosen([c.flow.params for c in candidates])))
+
+
+def best_of(log_joint, x, draws, samples, chunk, candidates, per_theta=False):
+    """Per image the candidate :class:`~amortized_pyro.local.optimize.Optimum` of highest L_n on ``draws``, each
+    by ``samples`` z draws from the draws' own generators (the same z for every candidate); with ``per_theta``, per
+    image and draw θ_m the candidate of highest L_n(q; θ_m) (candidates [n, ...] or [M, n, ...]). A NaN estimate
+    never wins; of equal ones the first. Returns (the winners, assembled; each row's winner's index; the values
+    the choice was made on, [candidates, rows], NaN as −∞)."""
+    values = torch.stack([per_draw(log_joint, x, c.loc, c.log_scale.exp(), draws, samples, "mean", chunk, c.flow)
+                          for c in candidates])
+    values = (values if per_theta else values.mean(1)).nan_to_num(nan=-math.inf)
+    choice = values.argmax(0)
+    return pick(choice, candidates), choice, values
+
+
+def kept_iterates(values, rows, candidates):
+    """{k: (the factor refinement row k keeps, each image's steps of it)}: per image the best, on the values the
+    choice of q* was made on (:func:`best_of`), of the guide's factor (candidate 0) and the iterates of at most k
+    steps (``rows``: steps → candidate index), as q* keeps its best; of equal ones the fewest steps. So a row of
+    more steps never leaves a worse factor there than one of fewer."""
+    kept, among = {}, [(0, 0)]
+    for k in sorted(rows):
+        among.append((k, rows[k]))
+        choice = values[[index for _, index in among]].argmax(0)
+        winner = pick(choice, [candidates[index] for _, index in among])
+        kept[k] = ((winner.loc, winner.log_scale), torch.tensor([steps for steps, _ in among])[choice.cpu()])
+    return kept
 
 
 def _objective(log_joint, x, loc, log_scale, theta, draws, noise, per_draw_factor, chunk, among=None, flow=None):

@@ -30,6 +30,11 @@ def epochs_left(job):
     return job.config.epochs
 
 
+def runs(count):
+    """'1 run', '3 runs'."""
+    return "%d run%s" % (count, "s" * (count != 1))
+
+
 def brief(seconds):
     """'15 ms', '2.1 s': a step's or an evaluation's time."""
     return "%.0f ms" % (1000 * seconds) if seconds < 1 else "%.1f s" % seconds
@@ -50,7 +55,7 @@ class GridClock:
 
     def __init__(self, jobs, measured_runs, log):
         self.left = {id(job): epochs_left(job) for job in jobs}
-        self.runs, self.reports_left, self.log = len(jobs), measured_runs, log
+        self.total, self.reports_left, self.log = len(jobs), measured_runs, log
         self.began = self.training_began = time.perf_counter()
         self.epochs_done, self.reports_done, self.gaps_began = 0, 0, None
 
@@ -58,8 +63,8 @@ class GridClock:
         """The first line: the work, and training's expected time from a trial of ``trial_job``'s
         configuration (None: no trial, the time is said as runs end)."""
         epochs = sum(self.left.values())
-        work = "time: %d of %d runs to train (%d epochs)%s" % (
-            sum(1 for e in self.left.values() if e), self.runs, epochs, self.gaps_part())
+        work = "time: %d of %s to train (%d epochs)%s" % (
+            sum(1 for e in self.left.values() if e), runs(self.total), epochs, self.gaps_part())
         trial = self.trial(trial_job) if trial_job is not None and epochs else None
         self.training_began = time.perf_counter()
         if trial is None:
@@ -109,14 +114,13 @@ class GridClock:
         self.reports_done, self.reports_left = self.reports_done + 1, self.reports_left - 1
         now = time.perf_counter()
         left = (now - self.gaps_began) / self.reports_done * self.reports_left
-        self.log("time: %s so far; expected: %s in all, about %s left (the gap reports of %d runs, at the %s per run "
-                 "of the %d measured so far)" % (duration(now - self.began), duration(now - self.began + left),
-                                                 duration(left), self.reports_left,
-                                                 duration((now - self.gaps_began) / self.reports_done),
-                                                 self.reports_done))
+        self.log("time: %s so far; expected: %s in all, about %s left (the gap reports of %s, at the %s per run of "
+                 "the %d measured so far)" % (duration(now - self.began), duration(now - self.began + left),
+                                              duration(left), runs(self.reports_left),
+                                              duration((now - self.gaps_began) / self.reports_done), self.reports_done))
 
     def gaps_part(self):
-        return ", then the gap reports of %d runs (train and test images)" % self.reports_left if \
+        return ", then the gap reports of %s (train and test images)" % runs(self.reports_left) if \
             self.reports_left else ""
 
     def then(self, training):

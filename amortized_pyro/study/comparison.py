@@ -93,6 +93,8 @@ def gap_reports(job, n_images, overwrite, log, settings=None, progress=False, pl
             report = json.loads(path.read_text())
             if (report.get("run_id"), report.get("trained_epochs")) != run:
                 log("%s was measured on another state of the run: measuring again" % path)
+            elif any(row["steps"] and "kept_steps" not in row for row in report.get("refinement", ())):
+                log("%s was measured before refinement rows kept their best iterate: measuring again" % path)
             elif settings.same_as(report["settings"], report.get("q_family") == "flow") and \
                     (report["n_images"], report.get("refine_steps")) == (images, list(refine_steps)):
                 log("%s: measured before (%s)" % (which, path.name))
