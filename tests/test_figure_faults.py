@@ -189,3 +189,24 @@ def test_capacity_marks_points_whose_encoders_stopped_short(tmp_path):
     assert any("short of its run's own level" in t.get_text() for t in ax.get_legend().get_texts())
     (ax,) = capacity_figure(capacity_rows([0, 1]), tmp_path / "fine.png").axes
     assert not [line for line in ax.lines if line.get_marker() == "x"]
+
+
+def test_a_one_width_compare_draws_readable_x_axes(tmp_path, saved_figures):
+    """A compare of one encoder width: fig7's left panel has that width as its one tick, in the middle of its axis
+    (not at an edge of a decade matplotlib picked), and the refinement panel's ticks are the steps measured, 0 (the
+    guide's own factor) among them where it is drawn (0.5: a log axis has no 0), which its label says."""
+    args = ["compare", "--guides", "amortized,shared", "--widths", "4", "--seeds", "0", "--dataset", "mnist-sample",
+            "--n-obs", "40", "--n-test", "10", "--epochs", "2", "--batch-size", "20", "--hidden", "8", "--z-dim", "3",
+            "--predictive-draws", "0", "--gap-images", "2", "--gap-max-steps", "50", "--gap-ais-steps", "0",
+            "--gap-theta-draws", "2", "--gap-samples", "5", "--gap-importance-samples", "5", "--no-progress",
+            "--out", str(tmp_path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    left, right = saved_figures["fig7_gaps.png"].axes[:2]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["4"] and list(left.get_xticks()) == [4]
+    assert math.log(left.get_xlim()[0]) + math.log(left.get_xlim()[1]) == pytest.approx(2 * math.log(4))
+    assert not [t.get_text() for t in left.get_xticklabels(minor=True) if t.get_text()]
+    assert [t.get_text() for t in right.get_xticklabels()] == ["0", "5", "20", "100"]
+    assert list(right.get_xticks()) == [0.5, 5, 20, 100]
+    assert not [t.get_text() for t in right.get_xticklabels(minor=True) if t.get_text()]
+    assert "log axis" in right.get_xlabel() and "k = 0, the guide's own factor, drawn at 0.5" in right.get_xlabel()

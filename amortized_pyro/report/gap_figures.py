@@ -22,6 +22,7 @@ SPLIT_LOOKS = {"train": {"ls": "-", "marker": "o", "mfc": None}, "test": {"ls": 
 # constant-VI's gray left to them) and markers, so that no two configurations look alike
 QUALITATIVE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+ZERO_AT = 0.5  # where the refinement panel's log axis draws 0 steps (the guide's own factor)
 
 
 def configuration_looks(labels):
@@ -83,20 +84,26 @@ def gap_figure(reports, path):
                 left.axhspan(gap["mean"] - gap["stderr"], gap["mean"] + gap["stderr"], color=color, alpha=0.12, lw=0)
     left.set(xscale="log", xlabel="encoder width k", ylabel="amortization gap L(q*) − L(q_guide) (nats / image)",
              title="Amortization gap (%s)" % spread_text)
-    if widths:  # the widths themselves as ticks, not powers of ten
-        left.set_xticks(widths, [str(w) for w in widths])
+    if widths:  # the widths themselves as ticks, not powers of ten, from half the least to twice the most: one
+        left.set_xticks(widths, [str(w) for w in widths])  # width sits in the middle, not at a decade's edge
         left.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        left.set_xlim(widths[0] / 2, widths[-1] * 2)
     refinable = sorted((r for r in one.values() if r["refinement"] and r["elbo_guide"]),  # from the guide's own factor
                        key=lambda r: (r["split"], display_order(r["label"])))
     looks = configuration_looks(sorted({r["label"] for r in refinable}, key=display_order))
     for r in refinable:
         color, marker = looks[r["label"]]
-        steps = [max(row["steps"], 0.5) for row in r["refinement"]]
+        steps = [max(row["steps"], ZERO_AT) for row in r["refinement"]]
         right.errorbar(steps, [row["gap_left"]["mean"] for row in r["refinement"]],
                        yerr=[row["gap_left"]["stderr"] for row in r["refinement"]], capsize=3, color=color,
                        **dict(SPLIT_LOOKS[r["split"]], marker=marker), label="%s, %s" % (r["label"], r["split"]))
-    right.set(xscale="log", xlabel="refinement steps from the guide's factor (0 plotted at 0.5)",
-              ylabel="gap left L(q*) − L(q_k) (nats / image)", title="Semi-amortized refinement (%s)" % spread_text)
+    right.set(xscale="log", xlabel="refinement steps k from the guide's factor\n(log axis, which has no 0: k = 0, "
+              "the guide's own factor, drawn at %g)" % ZERO_AT, ylabel="gap left L(q*) − L(q_k) (nats / image)",
+              title="Semi-amortized refinement (%s)" % spread_text)
+    if refinable:  # the steps measured as ticks, 0 among them where it is drawn
+        steps = sorted({row["steps"] for r in refinable for row in r["refinement"]})
+        right.set_xticks([max(k, ZERO_AT) for k in steps], [str(k) for k in steps])
+        right.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if not refinable:
         empty_panel(right, no_refinement(reports))
     if not left.containers and not left.lines:
