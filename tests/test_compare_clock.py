@@ -1,10 +1,13 @@
 """compare says the grid's expected time: at its start (from a few epochs timed then), after each run it trains (from
 the runs' own clock) and after each run's gap reports, each line with its number and what it rests on."""
 import re
+import signal
 
 from click.testing import CliRunner
 
 from amortized_pyro.cli.commands import cli
+from amortized_pyro.errors import Diverged, Interrupted
+from amortized_pyro.study import clock
 from amortized_pyro.study.clock import brief, duration
 
 TINY = ["--dataset", "mnist-sample", "--n-obs", "60", "--n-test", "20", "--epochs", "4", "--batch-size", "30",
@@ -58,3 +61,25 @@ def test_without_gaps_a_line_says_the_whole_grids_time_and_a_finished_grid_train
 def test_durations_read_as_people_say_them():
     assert [duration(s) for s in (4.4, 89, 450, 1500, 7200)] == ["4 s", "89 s", "7.5 min", "25 min", "2.0 h"]
     assert [brief(s) for s in (0.0153, 2.14)] == ["15 ms", "2.1 s"]
+
+
+def test_a_signal_during_the_trial_stops_the_comparison(tmp_path, monkeypatch):
+    """Ctrl-C while the first epochs are timed stops compare as it would in a run (exit 130), not the trial alone;
+    a trial that fails for its own reasons (it diverged) only leaves the time to be said as runs end."""
+    def stopped(*args, **kwargs):
+        raise Interrupted(signal.SIGINT, 1)
+
+    monkeypatch.setattr(clock, "fit", stopped)
+    result = CliRunner().invoke(cli, ["compare", "--guides", "shared", "--seeds", "0", "--out", str(tmp_path / "a")]
+                                + TINY)
+    assert result.exit_code == 130 and "interrupted by SIGINT" in result.output, result.output
+    assert "run 1 of 1" not in result.output
+
+    def diverged(*args, **kwargs):
+        raise Diverged(1, float("nan"))
+
+    monkeypatch.setattr(clock, "fit", diverged)
+    result = CliRunner().invoke(cli, ["compare", "--guides", "shared", "--seeds", "0", "--out", str(tmp_path / "b")]
+                                + TINY)
+    assert result.exit_code == 0, result.output
+    assert "time: 1 of 1 run to train (4 epochs); expected time said as runs end" in result.stderr.splitlines()

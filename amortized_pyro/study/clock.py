@@ -3,17 +3,16 @@ run and each run's gap reports end, each line saying what its estimate rests on.
 
 At the start, training's time comes from a short trial: the first configuration to train, fitted now for a few
 epochs in memory (nothing written; every run seeds its own random streams, so the runs are the same with or
-without it), its SVI seconds per epoch and the seconds of one evaluation. Once
-runs have ended, from their own clock: the seconds since training began over the epochs trained. The gap reports'
-time is known once the first run's are measured: the seconds since they began over the runs measured. Epochs of
-runs found finished (or up to their checkpoint) count as done already; a stopping rule that ends a run early
-makes the estimate high.
+without it), its SVI seconds per epoch and the seconds of one evaluation. Once runs have ended, from their own
+clock: the seconds since training began over the epochs trained. The gap reports' time is known once the first
+run's are measured: the seconds since they began over the runs measured. Epochs of runs found finished (or up to
+their checkpoint) count as done already; a stopping rule that ends a run early makes the estimate high.
 """
 import math
 import time
 from dataclasses import replace
 
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.errors import AmortizedPyroError, Interrupted
 from amortized_pyro.runs.fit import fit
 from amortized_pyro.runs.store import read_checkpoint, run_status
 
@@ -84,6 +83,8 @@ class GridClock:
         timed = min(TRIAL_EPOCHS, job.config.epochs)
         try:
             result = fit(replace(job.config, epochs=timed), data=job.data, progress=False, log=lambda line: None)
+        except Interrupted:  # Ctrl-C stops the comparison, not the trial alone
+            raise
         except AmortizedPyroError:
             return None
         began = time.perf_counter()
@@ -105,9 +106,9 @@ class GridClock:
                  % (duration(now - self.began), duration(per_epoch * left), left, brief(per_epoch), self.epochs_done,
                     self.then(per_epoch * left)))
 
-    def measuring(self, runs):
-        """The gap reports of ``runs`` runs begin."""
-        self.gaps_began, self.reports_left = time.perf_counter(), runs
+    def measuring(self, count):
+        """The gap reports of ``count`` runs begin."""
+        self.gaps_began, self.reports_left = time.perf_counter(), count
 
     def measured(self):
         """One run's gap reports (train and test) are made."""
