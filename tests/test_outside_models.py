@@ -245,3 +245,51 @@ def test_a_semi_supervised_vae_through_a_guide_list():
         assert guide_trace.nodes[name]["value"].shape[0] == 23
         assert guide_trace.nodes[name]["scale"] == model_trace.nodes[name]["scale"] == 1.0
     assert Predictive(model, guide=guide, num_samples=2)(new)["x"].shape == (2, 23, pixels)
+
+
+def padded_groups(y, mask):
+    """A nested and padded per-group model: each group's intercept in plate "groups" at dim -2, its observations
+    padded to one length in a plate nested inside it, the padding masked out."""
+    sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
+    with pyro.plate("groups", y.shape[0], dim=-2):
+        a = pyro.sample("a", dist.Normal(0.0, 2.0))
+        with pyro.plate("steps", y.shape[1], dim=-1):
+            pyro.sample("y", dist.Normal(a, sigma).mask(mask), obs=y)
+
+
+def padded_data(groups, seed):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 6, (groups,), generator=generator)
+    mask = torch.arange(5) < lengths.unsqueeze(-1)
+    y = (torch.randn(groups, 1, generator=generator) + 0.5 * torch.randn(groups, 5, generator=generator)) * mask
+    return y, mask
+
+
+def padded_input(y, mask):
+    """The encoder's input per group: its padded observations and their mask."""
+    return torch.cat([y, mask.to(y.dtype)], -1)
+
+
+@pytest.mark.parametrize("make", [AutoAmortizedNormal, AutoSemiAmortizedNormal, AutoIterativeAmortizedNormal])
+def test_a_nested_and_padded_per_group_model(make):
+    """Trained on minibatches of groups, served on new groups of another number (the plate at dim -2, its
+    observations padded and masked): the guide's plate and scale are the model's, and measure_gap measures it,
+    its per-group log joint the masked one written by hand."""
+    y, mask = padded_data(12, 0)
+    guide = make(padded_groups, plate="groups", encoder_input=padded_input, width=8)
+    svi = SVI(padded_groups, guide, pyro.optim.Adam({"lr": 0.01}), Trace_ELBO())
+    for idx in torch.randperm(12).split(5):
+        assert math.isfinite(svi.step(y[idx], mask[idx]))
+    from pyro import poutine
+    new_y, new_mask = padded_data(7, 1)
+    guide_trace = poutine.trace(guide).get_trace(new_y, new_mask)
+    model_trace = poutine.trace(poutine.replay(padded_groups, trace=guide_trace)).get_trace(new_y, new_mask)
+    assert guide_trace.nodes["a"]["value"].shape == model_trace.nodes["a"]["value"].shape == (7, 1)
+    assert guide_trace.nodes["a"]["scale"] == model_trace.nodes["a"]["scale"] == 1.0
+    from amortized_pyro.autoguides import LocalJoint
+    u = torch.randn(3, 7, 1, generator=torch.Generator().manual_seed(2))
+    got = LocalJoint(padded_groups, guide.structure, (new_y, new_mask), {})(None, u, {"sigma": torch.tensor(0.8)})
+    expected = dist.Normal(0.0, 2.0).log_prob(u[..., 0]) + (dist.Normal(u, 0.8).log_prob(new_y) * new_mask).sum(-1)
+    torch.testing.assert_close(got, expected)
+    report = measure_gap(padded_groups, guide, new_y, new_mask, settings=TINY_GAP, seen=False)
+    assert len(report["per_image"]["amortization_gap"]) == 7
