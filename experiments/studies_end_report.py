@@ -83,7 +83,7 @@ def table(found):
     return lines
 
 
-def figure(found, path):
+def figure(found, path, seeds=(0,)):
     fig, axes = subplots(1, 2, figsize=(12, 4.5), sharey=True)
     colours = {(name, objective): "C%d" % i for i, (name, objective, *_) in enumerate(found)}  # the same in both panels
     for ax, split in zip(axes, ("train", "test")):
@@ -107,8 +107,8 @@ def figure(found, path):
         ax.set_xlabel("SVI steps (B = 1,000)")
         ax.set_title("training images" if split == "train" else "held-out images (F-VI has no factor for them)")
     axes[0].set_ylabel("plug-in MSE ÷ the mean image's (clipped at %g)" % YMAX)
-    fig.suptitle("The original study at its length (MNIST 8,000 / 2,000, seed 0): 1 is the mean image (z unused), "
-                 "0.9 and 0.5 dotted", fontsize=9)
+    fig.suptitle("The original study at its length (MNIST 8,000 / 2,000, seed %s): 1 is the mean image (z unused), "
+                 "0.9 and 0.5 dotted" % ", ".join(map(str, seeds)), fontsize=9)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         axes[1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
@@ -122,6 +122,10 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     found = list(runs(args.folders))
+    seeds = sorted({config["seed"] for _, _, _, config, *_ in found})
+    if len(seeds) > 1:  # several seeds of one configuration (issue 60, item 12): each row and line names its seed
+        found = [("%s seed %d" % (name, config["seed"]), objective, rows, config, *rest)
+                 for name, objective, rows, config, *rest in found]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     authors = ["", "The authors' FashionMNIST medians (10 seeds, N 10,000, 50,000 steps), for shape, not decimals: "
@@ -129,7 +133,7 @@ def main():
                + " (an epoch is 10 steps there)."]
     command = ["", "Command: `python experiments/studies_end_report.py %s --out %s`" % (" ".join(args.folders), args.out)]
     (out / "original.md").write_text("\n".join(table(found) + authors + command) + "\n")
-    figure(found, out / "original.png")
+    figure(found, out / "original.png", seeds)
     print("wrote original.md and original.png into %s" % out)
 
 
