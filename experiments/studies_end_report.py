@@ -122,9 +122,9 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     found = list(runs(args.folders))
-    seeds = sorted({config["seed"] for _, _, _, config, *_ in found})
+    seeds = sorted({config.get("seed", 0) for _, _, _, config, *_ in found})
     if len(seeds) > 1:  # several seeds of one configuration (issue 60, item 12): each row and line names its seed
-        found = [("%s seed %d" % (name, config["seed"]), objective, rows, config, *rest)
+        found = [("%s seed %d" % (name, config.get("seed", 0)), objective, rows, config, *rest)
                  for name, objective, rows, config, *rest in found]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from amortized_pyro.runs.layout import gap_report_path, grid_run_dir
 from amortized_pyro.runs.packs import is_pack
 from amortized_pyro.runs.store import RunWriter, load_history, read_info, run_status, write_report
 from amortized_pyro.study.clock import GridClock
-from amortized_pyro.study.executors import Job, run_local, run_ray
+from amortized_pyro.study.executors import Job, import_ray, run_local, run_ray
 from amortized_pyro.study.results import Results
 
 EXECUTORS = ("local", "ray")
@@ -158,6 +158,8 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
                 jobs.append(Job(data.name, name, seed, config, run_dir, data))
     for job in jobs:
         plan(job, overwrite)
+    if executor == "ray":
+        import_ray()  # Ray missing: said in its one line before anything else is
     clock = GridClock(jobs, len(jobs) if gap_images else 0, log)
     # the trial times one run as it trains alone, here: not Ray's workers, nor seeds packed as one model
     clock.start(next((job for job in jobs if clock.left[id(job)]), None) if executor == "local" and replicas == 1
