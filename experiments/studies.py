@@ -26,6 +26,7 @@ CAP_CHECK = (  # cap-check's three runs: (run directory, name of its report with
     (INFORMATIVE + "/F-VI-seed0", "informative-F-VI-seed0-test-20000"),
 )
 REFERENCE_CPU = ("original", "seed", "original-long", "seed-long")  # archive/reference-cpu.sh's four studies
+SEED_RUNS = ("end-original-reference-amortized", "end-original-reference-per-datapoint")  # experiments/original-seeds.sh
 ORIGINAL_RUNS = tuple("end-original-%s" % run for run in (  # experiments/studies-end.sh's original study (issue 48)
     "reference-per-datapoint", "reference-amortized", "reference-amortized-k1", "reference-shared", "elbo-amortized",
     "elbo-per-datapoint", "elbo-shared"))
@@ -156,6 +157,14 @@ STUDIES = {study.name: study for study in (
                      + tuple("figures/studies-end/%s" % run for run in ORIGINAL_RUNS)
                      + ("--out", "figures/studies-end"))],
           ("runs/end-*/results.jsonl",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("original-seeds", "the original study's decision at seeds 1 and 2 (A-VI k = 64, F-VI, authors' objective)",
+          "figures/studies-end/seeds12", "runs/seeds12/end-*",
+          lambda ctx: [Mirror("runs/seeds12/%s" % run, "figures/studies-end/seeds12/%s" % run) for run in SEED_RUNS]
+          + [Command(("python", "experiments/studies_end_report.py")
+                     + tuple("figures/studies-end/%s" % run for run in SEED_RUNS)
+                     + tuple("figures/studies-end/seeds12/%s" % run for run in SEED_RUNS)
+                     + ("--out", "figures/studies-end/seeds12"))],
+          ("runs/seeds12/end-*/results.jsonl",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("reference-cpu", "both presets on MNIST 8,000 / 2,000, one seed, truncated to a CPU",
           "figures/*-study-cpu", "figures/*-study-cpu",
           lambda ctx: [plot(f) for f in ctx.folders("figures/*-study-cpu/results.jsonl")],
