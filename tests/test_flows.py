@@ -15,7 +15,7 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro.autoguides import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
-from amortized_pyro.autoguides.base import LOCAL_FLOW
+from amortized_pyro.autoguides.flows import LOCAL_FLOW
 from amortized_pyro.cli import cli
 
 N, B = 12, 4

@@ -18,12 +18,11 @@ import torch
 import pyro
 import pyro.distributions as dist
 from pyro import poutine
-from pyro.distributions.util import sum_rightmost
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 from pyro.infer.autoguide.initialization import init_to_feasible
 from pyro.poutine.util import is_validation_enabled, site_is_subsample
 
-from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow
+from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow, flow_draws
 from amortized_pyro.autoguides.protocol import Measured
 from amortized_pyro.autoguides.masking import check_unmasked, local_masks, masked_sites
 from amortized_pyro.autoguides.plates import read_model_plate
@@ -34,7 +33,6 @@ from amortized_pyro.support.streams import outside_the_stream
 GLOBAL_GUIDES = {"normal": AutoNormal, "delta": AutoDelta}
 DEFAULT_INIT_SCALE = 0.1  # Pyro's AutoNormal default
 FAMILY_TERMS = "_family_terms"  # the guide's factor site of a family's own training terms (see factor_with_terms)
-LOCAL_FLOW = "_local_flow"  # the guide's auxiliary site of the flat local vector u_n where a flow draws it
 
 
 class AutoLocalGuide(Measured, AutoGuide):
@@ -262,7 +260,8 @@ class AutoLocalGuide(Measured, AutoGuide):
         masks = self.site_masks(args, kwargs, loc.shape[-2])
         with plates[self.plate]:
             if self.local_flow is not None:
-                result.update(self._flow_draws(loc, scale, self.flow_context(indices, args, kwargs)))
+                result.update(flow_draws(self.structure, self.local_flow, loc, scale,
+                                         self.flow_context(indices, args, kwargs)))
             for site in self.structure.locals if self.local_flow is None else ():
                 base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
@@ -300,29 +299,6 @@ class AutoLocalGuide(Measured, AutoGuide):
         """The Normal that draws and scores u_n given (μ_n, σ_n) (a hook: the package's studies score theirs as
         their code does, :class:`~amortized_pyro.autoguides.objectives.ReferenceNormal`)."""
         return dist.Normal
-
-    def _flow_draws(self, loc, scale, context):
-        """The local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its
-        latent vector): each site a Delta at its block of u_n, mapped to its support, carrying the log-Jacobian
-        of that map as its density, so that the sites' log q add up to q(z_n)'s."""
-        at_plate = self.structure.at_plate_dim  # the auxiliary site's datapoints at the plate's dim
-        context = None if context is None else at_plate(context, 1)
-        u = pyro.sample(LOCAL_FLOW, self.local_flow.distribution(at_plate(loc, 1), at_plate(scale, 1), context),
-                        infer={"is_auxiliary": True})
-        draws = {}
-        for site in self.structure.locals:  # u's leading dims as Pyro's plates made them (particles included)
-            value = u[..., site.start:site.stop].reshape(u.shape[:-1] + site.unconstrained_shape)
-            event_dim = len(site.unconstrained_shape)
-            if site.is_real:
-                draws[site.name] = pyro.sample(site.name, dist.Delta(value, event_dim=event_dim))
-                continue
-            constrained = site.transform(value)
-            jacobian = site.transform.log_abs_det_jacobian(value, constrained)
-            batch = value.dim() - event_dim
-            draws[site.name] = pyro.sample(site.name, dist.Delta(
-                constrained, log_density=-sum_rightmost(jacobian, jacobian.dim() - batch),
-                event_dim=len(site.event_shape)))
-        return draws
 
     def flow_context_size(self):
         """The features a flow's transforms are conditioned on (a family's hook; here none: unconditional)."""

@@ -30,6 +30,33 @@ def hidden_layers(x_dim, width, layers, slope=LEAKY_SLOPE):
                            for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
 
 
+DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
+
+
+def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, data=None):
+    """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]; with
+    ``data`` (a batch of it), the flattened input first standardized by that batch (:class:`Standardize`)."""
+    steps = [nn.Flatten()] + ([] if data is None else [Standardize(data.flatten(1))])
+    return nn.Sequential(*steps, hidden_layers(x_dim, width, layers))
+
+
+class Standardize(nn.Module):
+    """x → (x − m) / s with m the per-feature mean and s the overall standard deviation of a batch of data
+    [B, D], read once and held fixed (buffers; s = 1 where the batch does not vary): an encoder's input on the
+    scale its initialization expects, whatever the data's (counts in the tens made the first Adam steps
+    diverge, issue 59)."""
+
+    def __init__(self, data):
+        super().__init__()
+        data = data.detach().to(torch.get_default_dtype())
+        spread = data.std() if data.numel() > 1 else data.new_tensor(0.0)
+        self.register_buffer("mean", data.mean(0))
+        self.register_buffer("scale", torch.where(spread > 0, spread, torch.ones_like(spread)))
+
+    def forward(self, x):
+        return (x - self.mean) / self.scale
+
+
 def _halved(n):
     """A convolution's output size along one axis of size n (kernel 4, stride 2, padding 1)."""
     return (n + 2 - 4) // 2 + 1

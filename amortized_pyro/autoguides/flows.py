@@ -15,13 +15,16 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+import pyro
 import pyro.distributions as dist
+from pyro.distributions.util import sum_rightmost
 import zuko
 from pyro.contrib.zuko import ZukoToPyro
 
 from amortized_pyro.local.flows import RowFlow
 
 DEFAULT_FLOW_WIDTH = 64
+LOCAL_FLOW = "_local_flow"  # a guide's auxiliary site of the flat local vector u_n where a flow draws it
 
 
 class FlowDistribution(ZukoToPyro):
@@ -90,3 +93,26 @@ class LocalFlow(nn.Module):
         # Zuko's NormalizingFlow maps samples to the base: our f is its inverse, f^-1 = (f_K ∘ … ∘ f_1)^-1
         inverse = zuko.transforms.ComposedTransform(*parts).inv
         return FlowDistribution(zuko.distributions.NormalizingFlow(inverse, base))
+
+
+def flow_draws(structure, local_flow, loc, scale, context):
+    """A guide's local sites where a flow draws u_n (one auxiliary site, as Pyro's AutoContinuous draws its latent
+    vector), inside the data plate of ``structure``: each site a Delta at its block of u_n, mapped to its support,
+    carrying the log-Jacobian of that map as its density, so that the sites' log q add up to q(z_n)'s."""
+    at_plate = structure.at_plate_dim  # the auxiliary site's datapoints at the plate's dim
+    context = None if context is None else at_plate(context, 1)
+    u = pyro.sample(LOCAL_FLOW, local_flow.distribution(at_plate(loc, 1), at_plate(scale, 1), context),
+                    infer={"is_auxiliary": True})
+    draws = {}
+    for site in structure.locals:  # u's leading dims as Pyro's plates made them (particles included)
+        value = u[..., site.start:site.stop].reshape(u.shape[:-1] + site.unconstrained_shape)
+        event_dim = len(site.unconstrained_shape)
+        if site.is_real:
+            draws[site.name] = pyro.sample(site.name, dist.Delta(value, event_dim=event_dim))
+            continue
+        constrained = site.transform(value)
+        jacobian = site.transform.log_abs_det_jacobian(value, constrained)
+        batch = value.dim() - event_dim
+        draws[site.name] = pyro.sample(site.name, dist.Delta(
+            constrained, log_density=-sum_rightmost(jacobian, jacobian.dim() - batch), event_dim=len(site.event_shape)))
+    return draws
