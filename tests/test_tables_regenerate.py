@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/remedies/inference.md", "figures/sa-vi/gaps.md", "figures/quickstart/gaps.md",
-          "figures/studies-end/original.md", "figures/capacity/capacity.md",
+          "figures/studies-end/original.md", "figures/studies-end/seeds12/original.md", "figures/capacity/capacity.md",
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
           "figures/beta/beta.md", "figures/converged/gaps.md", "figures/gap-vs-n/gaps.md"] + [
