@@ -293,3 +293,28 @@ def test_a_nested_and_padded_per_group_model(make):
     torch.testing.assert_close(got, expected)
     report = measure_gap(padded_groups, guide, new_y, new_mask, settings=TINY_GAP, seen=False)
     assert len(report["per_image"]["amortization_gap"]) == 7
+
+
+def test_iterative_terms_sit_at_the_particles_dim_beside_a_global_plate():
+    """IA-VI's terms with vectorized particles beside a global plate at dim -2 (the data plate at -1): one term per
+    particle and datapoint, [P, 1, B], not P × P copies (the gradient counted P times)."""
+    from pyro import poutine
+
+    def model(x):
+        with pyro.plate("components", 2, dim=-2):
+            w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([DX]).to_event(1))
+        with pyro.plate("data", len(x), dim=-1):
+            z = pyro.sample("z", dist.Normal(0.0, 1.0))
+            loc = z.unsqueeze(-1) * w.sum(-3).unsqueeze(-2)  # w [.., 2, 1, DX] summed over the components
+            pyro.sample("x", dist.Normal(loc, 1.0).to_event(1), obs=x)
+
+    x = torch.randn(B, DX, generator=torch.Generator().manual_seed(3))
+    with pyro.settings.context(module_local_params=True):
+        guide = ENCODER_GUIDES["iterative"](model)
+        guide(x)
+        elbo = Trace_ELBO(num_particles=3, vectorize_particles=True, max_plate_nesting=2)
+        wrapped = elbo._vectorized_num_particles(guide)
+        trace = poutine.trace(wrapped).get_trace(x)
+    terms = trace.nodes["_family_terms"]["fn"]
+    assert terms.batch_shape == (3, 1, B), terms.batch_shape
+    assert math.isfinite(elbo.differentiable_loss(model, guide, x).item())

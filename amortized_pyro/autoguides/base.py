@@ -110,10 +110,13 @@ class AutoLocalGuide(Measured, AutoGuide):
         """Run the model once (every site, observed and subsample ones too) and read off it the structure,
         AutoGuide's prototype trace and frames, the free factors' initial μ and the global part; a setup that
         fails leaves the guide as it was before (set up again at the next call)."""
+        built_globals = self.q_theta is None  # a global part made by this setup goes with it if it fails
         try:
             self._set_up(args, kwargs)
         except BaseException:
             self.prototype_trace, self.structure = None, None
+            if built_globals:
+                self.q_theta = None
             raise
 
     def _set_up(self, args, kwargs):
@@ -214,7 +217,9 @@ class AutoLocalGuide(Measured, AutoGuide):
     def _read_plate(self, args, kwargs):
         """The model's data plate in this call (:func:`~.plates.read_model_plate`)."""
         values = {name: site["value"] for name, site in self.prototype_trace.iter_stochastic_nodes()}
-        return read_model_plate(self.model, self.structure, values, args, kwargs)
+        devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
+        with outside_the_stream(*devices):  # a site the read does not replay (hidden from it) draws: left unseen
+            return read_model_plate(self.model, self.structure, values, args, kwargs)
 
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
@@ -268,9 +273,19 @@ class AutoLocalGuide(Measured, AutoGuide):
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
                                                 else q.mask(masks[site.name]))
             if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim
-                terms = self.structure.at_plate_dim(terms, 0)
+                terms = self._terms_at_plate(terms, result)
                 pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)
         return result
+
+    def _terms_at_plate(self, terms, draws):
+        """A family's terms [B] or [P, B] (P particles of θ) as a site of the data plate takes them: B at the
+        plate's dim, P where Pyro's particle plate put θ's draws (read off their batch dims: the ELBO's plates)."""
+        if terms.dim() == 1:
+            return self.structure.at_plate_dim(terms, 0)
+        depth = max(value.dim() - self.structure.globals[name] for name, value in draws.items()
+                    if name in self.structure.globals)
+        return terms.reshape(terms.shape[:1] + (1,) * (depth - 1 + self.structure.dim)
+                             + self.structure.batch_shape(terms.shape[-1]))
 
     def check_finite(self, loc, scale):
         """One line of :class:`GuideError` where the factor (μ, σ) [..., B, size] is not finite (σ: positive),

@@ -131,7 +131,8 @@ class LocalJoint:
         """observed site outside the plate → LongTensor [M]: the datapoint (row of the call's B) each of its M
         observations depends on, -1 where none; read by forward-mode differentiation at one plain draw ``theta``
         (module docstring); one line of :class:`GuideError` where an observation depends on several."""
-        device = next((v.device for v in theta.values()), None) or torch.device("cpu")
+        device = (self.indices.device if self.indices is not None  # the plate's, as the data's
+                  else next((v.device for v in theta.values()), torch.device("cpu")))
         point = 0.5 * torch.randn(batch, self.structure.size, generator=torch.Generator().manual_seed(0)).to(device)
         position = torch.arange(1, batch + 1, dtype=point.dtype, device=device).unsqueeze(-1).expand_as(point)
         derivatives = []

@@ -9,8 +9,10 @@ the model, under ``poutine.block`` (nobody sees its sites), up to its first loca
     the data plate's subsample site     its size, its subsample size and its indices where the model gives them
                                         (no index is drawn: a plate that draws its own minibatch is left to the
                                         guide's plate, whose indices the model then replays, as Pyro does)
-    a latent site before it (θ)         replays the prototype call's value: nothing is sampled, no random
-                                        stream moves, and the model's code before its plate runs as it did
+    a latent site before it (θ)         replays the prototype call's value: nothing is sampled, and the model's
+                                        code before its plate runs as it did (the guide forks the random
+                                        streams around the read: a site it cannot replay, hidden from it by
+                                        ``poutine.block``, draws without moving them)
     the first local site                its data plate's frame (the plate's dim): stop
 
 Options weighed (docs/your-model.md says the same): reading the size off the arguments by matching values
