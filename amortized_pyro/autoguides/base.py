@@ -114,7 +114,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         try:
             self._set_up(args, kwargs)
         except BaseException:
-            self.prototype_trace, self.structure = None, None
+            self.prototype_trace, self.structure, self._prototype_values = None, None, None
             if built_globals:
                 self.q_theta = None
             raise
@@ -216,7 +216,10 @@ class AutoLocalGuide(Measured, AutoGuide):
 
     def _read_plate(self, args, kwargs):
         """The model's data plate in this call (:func:`~.plates.read_model_plate`)."""
-        values = {name: site["value"] for name, site in self.prototype_trace.iter_stochastic_nodes()}
+        values = getattr(self, "_prototype_values", None)
+        if values is None:  # read once: the prototype's latent values the read replays
+            values = self._prototype_values = {name: site["value"]
+                                               for name, site in self.prototype_trace.iter_stochastic_nodes()}
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # a site the read does not replay (hidden from it) draws: left unseen
             return read_model_plate(self.model, self.structure, values, args, kwargs)
