@@ -156,6 +156,33 @@ def test_builder_equals_handwritten_encoder_guide_on_a_vae(global_param_store):
     assert torch.allclose(grads[0], grads[1], rtol=1e-6, atol=1e-6)
 
 
+
+class _ParamCount(poutine.messenger.Messenger):
+    """Counts the ``pyro.param`` statements a call makes, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def _pyro_param(self, msg):
+        self.counts[msg["name"]] = self.counts.get(msg["name"], 0) + 1
+
+
+@pytest.mark.parametrize("flow", [0, 1])
+def test_a_builder_call_registers_each_parameter_once(flow, global_param_store):
+    """The hand-written guide's cost per call: each parameter one ``pyro.param`` statement (a PyroModule
+    registers a plain child module's parameters at every attribute access: three times per call before; the plate
+    read's model run is hidden by ``poutine.block``): issue 59's step within 1.05×, BENCHMARKS.md."""
+    vae = VAE()
+    x = torch.bernoulli(torch.rand(10, 12))
+    guide = AutoAmortizedNormal(vae.model, encoder=vae.body, flow=flow)
+    guide(x)
+    counter = _ParamCount()
+    with counter:
+        guide(x)
+    twice = {name: count for name, count in counter.counts.items() if count > 1}
+    assert len(counter.counts) > 4 and not twice, twice
+
 def test_globals_normal_and_delta(toy, global_param_store):
     model = WithGlobals(N, DX, DZ, sigma=0.5)
     for kind in ("normal", "delta"):

@@ -122,15 +122,19 @@ def trained(layout, builder):
 
 
 def assert_the_models_plate_and_scale(model, guide, args, kwargs):
-    """The guide's and the model's traces of one call: every local site in the same data plate (size, full size,
-    dim) with the same scale; the ELBO finite."""
-    guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-    for name in ["z"]:  # every model here: its one local site
-        ours, theirs = guide_trace.nodes[name], model_trace.nodes[name]
-        frame = [(f.name, f.size, f.full_size, f.dim) for f in ours["cond_indep_stack"] if f.name == "data"]
-        assert frame == [(f.name, f.size, f.full_size, f.dim) for f in theirs["cond_indep_stack"] if f.name == "data"]
-        assert ours["scale"] == theirs["scale"], (name, ours["scale"], theirs["scale"])
+    """The guide's and the model's traces of one call, with Pyro's validation and without (the guide's read of
+    the model's plate stops at the plate there): every local site in the same data plate (size, full size, dim)
+    with the same scale; the ELBO finite."""
+    for validating in (True, False):
+        with pyro.validation_enabled(validating):
+            guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+            model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        for name in ["z"]:  # every model here: its one local site
+            ours, theirs = guide_trace.nodes[name], model_trace.nodes[name]
+            frame = [(f.name, f.size, f.full_size, f.dim) for f in ours["cond_indep_stack"] if f.name == "data"]
+            assert frame == [(f.name, f.size, f.full_size, f.dim) for f in theirs["cond_indep_stack"]
+                             if f.name == "data"], validating
+            assert ours["scale"] == theirs["scale"], (name, validating, ours["scale"], theirs["scale"])
     assert math.isfinite(Trace_ELBO().loss(model, guide, *args, **kwargs))
 
 

@@ -214,7 +214,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
         return [plates] if isinstance(plates, pyro.plate) else list(plates)
 
-    def _read_plate(self, args, kwargs):
+    def _read_plate(self, args, kwargs, to_local_site=True):
         """The model's data plate in this call (:func:`~.plates.read_model_plate`)."""
         values = getattr(self, "_prototype_values", None)
         if values is None:  # read once: the prototype's latent values the read replays
@@ -222,17 +222,18 @@ class AutoLocalGuide(Measured, AutoGuide):
                                                for name, site in self.prototype_trace.iter_stochastic_nodes()}
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # a site the read does not replay (hidden from it) draws: left unseen
-            return read_model_plate(self.model, self.structure, values, args, kwargs)
+            return read_model_plate(self.model, self.structure, values, args, kwargs, to_local_site)
 
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
         call where the user gives none (checked against the model's under Pyro's validation where given)."""
         plates = self._listed_plates(args, kwargs)
         given = next((p for p in plates if p.name == self.plate), None)
-        if given is None:
-            self.call_plate = self._read_plate(args, kwargs)
+        if given is None:  # under validation read to the first local site: its plate's dim and mask checked
+            validating = is_validation_enabled()
+            self.call_plate = self._read_plate(args, kwargs, to_local_site=validating)
             plates.append(self.call_plate.plate(self.plate))
-            if is_validation_enabled():  # a mask all true at the prototype may not be in this call (a host sync)
+            if validating:  # a mask all true at the prototype may not be in this call (a host sync)
                 check_unmasked(self.call_plate.site, self.call_plate.node, self.local_mask)
         else:
             self.call_plate = None
@@ -266,11 +267,11 @@ class AutoLocalGuide(Measured, AutoGuide):
             self.check_finite(loc, scale)
         locs, scales = self.structure.split(loc), self.structure.split(scale)
         masks = self.site_masks(args, kwargs, loc.shape[-2])
+        flow = self.local_flow  # once: a PyroModule registers a child module's parameters at each access
         with plates[self.plate]:
-            if self.local_flow is not None:
-                result.update(flow_draws(self.structure, self.local_flow, loc, scale,
-                                         self.flow_context(indices, args, kwargs)))
-            for site in self.structure.locals if self.local_flow is None else ():
+            if flow is not None:
+                result.update(flow_draws(self.structure, flow, loc, scale, self.flow_context(indices, args, kwargs)))
+            for site in self.structure.locals if flow is None else ():
                 base = normal(locs[site.name], scales[site.name]).to_event(len(site.unconstrained_shape))
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None

@@ -127,7 +127,8 @@ class AutoAmortizedNormal(AutoLocalGuide):
                                      % self.encoder_input)
         # seeds packed as replicas (inference.replicas: the encoder's parameters stacked in front) read data
         # [R, rows, ...] and, on minibatches, indices [R, B]
-        lead = int(getattr(self, "q_z", None) is not None and self.q_z.encoder.loc.weight.dim() > 2)
+        factor = self._modules.get("q_z")  # not ``self.q_z``: PyroModule registers its parameters at each access
+        lead = int(factor is not None and factor.encoder.loc.weight.dim() > 2)
         rows, batch, full = data.shape[lead], indices.shape[-1], self.plates[self.plate].size
         if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
             return data.index_select(lead, indices.to(data.device))
@@ -179,7 +180,8 @@ class AutoAmortizedNormal(AutoLocalGuide):
 
     def flow_context(self, indices, args, kwargs):
         """The encoder's features of the datapoints: the amortized flow's context (the body run once more)."""
-        return self.q_z.encoder.body(self.encoder_data(indices, args, kwargs))
+        # not ``self.q_z``: its parameters are registered once per call, by local_factor (PyroModule's access)
+        return self._modules["q_z"].encoder.body(self.encoder_data(indices, args, kwargs))
 
     def local_factor(self, indices, args, kwargs, theta):
         return self.q_z(self.encoder_data(indices, args, kwargs), indices)

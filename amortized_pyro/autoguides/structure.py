@@ -77,6 +77,8 @@ class Structure:
         [B, 1…, *unconstrained_shape] without lead, [L, 1…, B, 1…, *unconstrained_shape] with."""
         lead, batch = flat.shape[:-2], flat.shape[-2]
         outer = (math.prod(lead),) + (1,) * (self.max_plate_nesting + self.dim) if lead else ()
+        if not lead and self.dim == -1 and len(self.locals) == 1 and self.locals[0].unconstrained_shape == (self.size,):
+            return {self.locals[0].name: flat}  # already the site's shape: no slice nor view in the step's graph
         return {site.name: flat[..., site.start:site.stop].reshape(outer + self.batch_shape(batch)
                                                                      + site.unconstrained_shape)
                 for site in self.locals}
