@@ -1,4 +1,5 @@
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,11 @@ import pyro
 
 from amortized_pyro.models.guides import FAMILIES
 from amortized_pyro.runs.data import Data, load_data
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores (setup.cfg): one torch thread each, their
+    # subprocesses too (two processes of two torch threads each on this 2-core machine slowed a fit 54×)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 STUDY_GUIDES = tuple(f.name for f in FAMILIES.values() if f.in_studies)  # the studies' families (SA-VI is ours)

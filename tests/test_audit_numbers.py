@@ -1,6 +1,7 @@
 """docs/results.md's numbers that issue 60 (item 11) corrected are the ones experiments/audit_numbers_60.py computes
 from the committed files: each computed value, printed by the script, and the docs' sentence that quotes it (as
 written there: thousands with commas, minus signs U+2212)."""
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
 
 
+@functools.lru_cache(maxsize=None)  # one run of the script per part, for all its numbers
 def audit(part):
     done = subprocess.run([sys.executable, "experiments/audit_numbers_60.py", part], cwd=ROOT, capture_output=True,
                           text=True, check=True)

@@ -83,8 +83,9 @@ def test_npz_files_and_the_shipped_sample_give_their_labels(tmp_path):
     np.savez(tmp_path / "split.npz", train=train, test=test, train_labels=labels, test_labels=test_labels)
     assert_aligned(load_data(str(tmp_path / "split.npz"), n_obs=20, n_test=5, **quiet))
     sample = load_data("mnist-sample", n_obs=200, n_test=50, **quiet)
-    raw = np.load(SAMPLE_PATH)
-    rows = {raw["images"][k].tobytes(): raw["labels"][k] for k in range(len(raw["images"]))}
+    with np.load(SAMPLE_PATH) as raw:  # each raw[...] reads the array from the file again: once each
+        images, labels = raw["images"], raw["labels"]
+    rows = {image.tobytes(): label for image, label in zip(images, labels)}
     for x, y in ((sample.train, sample.train_labels), (sample.test, sample.test_labels)):
         got = [rows[np.round(image.numpy() * 255).astype(np.uint8).tobytes()] for image in x]
         assert np.array_equal(np.array(got), y.numpy())
