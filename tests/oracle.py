@@ -81,13 +81,20 @@ def meanfield_elbo(x, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=
     return scale * log_lik.sum() - kl_scale * (kl_theta + scale * kl_z)
 
 
-def conditional_elbo(x, codes, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0):
+def conditional_elbo(x, codes, q_theta, q_z, theta, z, scale, prior_scale=1.0, obs_scale=1.0, every_layer=False):
     """The ELBO of the conditional model (a CVAE) at one draw (θ, z), for a minibatch x with one-hot labels
-    ``codes`` e_c: the decoder reads [z, e_c]; p(z | c) = N(M e_c, diag exp(S e_c)²) where θ holds M and S
-    (``prior_loc``, ``prior_log_scale``, [z_dim, K], under the decoder's prior and mean-field q), else N(0, I)."""
+    ``codes`` e_c: the decoder reads [z, e_c] (``every_layer``: each layer reads [h, e_c]); p(z | c) =
+    N(M e_c, diag exp(S e_c)²) where θ holds M and S (``prior_loc``, ``prior_log_scale``, [z_dim, K], under the
+    decoder's prior and mean-field q), else N(0, I)."""
     log_p_theta = sum(log_normal(theta[l], 0.0, prior_scale).sum() for l in q_theta)
     log_q_theta = sum(log_normal(theta[l], *q_theta[l]).sum() for l in q_theta)
-    out = mlp_forward(torch.cat([z, codes], -1), [theta["w1"], theta["w2"], theta["w3"]], [theta["b1"], theta["b2"], theta["b3"]])
+    if every_layer:
+        h = leaky(torch.cat([z, codes], -1) @ theta["w1"].T + theta["b1"])
+        h = leaky(torch.cat([h, codes], -1) @ theta["w2"].T + theta["b2"])
+        out = torch.cat([h, codes], -1) @ theta["w3"].T + theta["b3"]
+    else:
+        out = mlp_forward(torch.cat([z, codes], -1), [theta["w1"], theta["w2"], theta["w3"]],
+                          [theta["b1"], theta["b2"], theta["b3"]])
     if "prior_loc" in theta:
         m, s = codes @ theta["prior_loc"].T, torch.exp(codes @ theta["prior_log_scale"].T)
     else:

@@ -30,18 +30,21 @@ PRIOR_SCALE, OBS_SCALE = 1.3, 0.7
 quiet = dict(log=lambda line: None)
 
 
-def oracle_q(guide, rows, idx, learned):
+def oracle_q(guide, rows, idx, learned, every_layer=False, images_only=False):
     """(m, s) of every θ site (the learned prior's M and S too) and (μ, σ) of q(z) for the batch, read from the
-    guide's state_dict by name; the encoder's (μ, σ) by the oracle from the rows [x, e_c]."""
+    guide's state_dict by name; the encoder's (μ, σ) by the oracle from the rows [x, e_c] (``images_only``: from
+    x alone, the encoder's body behind the module that cuts the label off)."""
     p = {name: value.detach() for name, value in guide.state_dict().items()}
-    shapes = [(HIDDEN, Z_DIM + K), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (X_DIM, HIDDEN), (X_DIM,)]
+    label = K if every_layer else 0
+    shapes = [(HIDDEN, Z_DIM + K), (HIDDEN,), (HIDDEN, HIDDEN + label), (HIDDEN,), (X_DIM, HIDDEN + label), (X_DIM,)]
     names = list(LAYERS) + (["prior_loc", "prior_log_scale"] if learned else [])
     shapes += [(Z_DIM, K), (Z_DIM, K)] if learned else []
     locs, scales = split_theta(p["q_theta.loc"], shapes), split_theta(p["q_theta.log_scale"].exp(), shapes)
     q_theta = {l: (m, s) for l, m, s in zip(names, locs, scales)}
     if guide.family == "amortized":
-        encoder = {k[len("q_z.encoder."):]: v for k, v in p.items() if k.startswith("q_z.encoder.")}
-        return q_theta, encoder_factor(rows, encoder)
+        encoder = {k[len("q_z.encoder."):].replace("body.1." if images_only else "-", "body."): v
+                   for k, v in p.items() if k.startswith("q_z.encoder.")}
+        return q_theta, encoder_factor(rows[:, :X_DIM] if images_only else rows, encoder)
     if guide.family == "per-datapoint":
         return q_theta, (p["q_z.loc"][idx], p["q_z.log_scale"][idx].exp())
     return q_theta, (p["q_z.loc"].expand(len(idx), -1), p["q_z.log_scale"].exp().expand(len(idx), -1))
@@ -86,6 +89,38 @@ def test_pyro_elbo_of_the_conditional_model_equals_handwritten_on_the_same_draw(
     q_other = q_z if guide.family != "amortized" else oracle_q(guide, torch.cat([x, shifted], 1), idx, learned)[1]
     other = conditional_elbo(x, shifted, q_theta, q_other, theta, z, N / B, PRIOR_SCALE, OBS_SCALE).item()
     assert abs(other - expected) > 1e-3 * abs(expected)
+
+
+def test_the_label_at_every_decoder_layer_and_an_encoder_of_the_image_alone():
+    """--decoder-label every-layer: Pyro's ELBO equals the oracle whose layers each read [h, e_c] (and not the
+    oracle that reads e_c at the input only); --no-encoder-label: q(z | x), the factor the same whatever the label,
+    the oracle's encoder of the image alone."""
+    torch.set_default_dtype(torch.float64)
+    pyro.set_rng_seed(0)
+    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE, n_classes=K,
+                                 decoder_label="every-layer")
+    guide = make_guide("amortized", model, width=WIDTH, encoder_label=False)
+    with torch.no_grad():
+        for unconstrained in guide.parameters():
+            unconstrained.add_(0.3 * torch.randn_like(unconstrained))
+    labels = torch.randint(0, K, (N,))
+    idx = torch.tensor([3, 17, 5, 29, 0, 11])
+    rows = model.inputs(torch.rand(N, X_DIM), labels)[idx]
+    x, codes = rows[:, :X_DIM], rows[:, X_DIM:]
+    guide_trace = poutine.trace(guide).get_trace(rows, idx)
+    theta = {l: guide_trace.nodes["decoder." + l]["value"] for l in LAYERS}
+    z = guide_trace.nodes["z"]["value"]
+    q_theta, q_z = oracle_q(guide, rows, idx, False, every_layer=True, images_only=True)
+    loss = -Trace_ELBO().loss(model, poutine.replay(guide, trace=guide_trace), rows, idx)
+    expected = conditional_elbo(x, codes, q_theta, q_z, theta, z, N / B, PRIOR_SCALE, OBS_SCALE, every_layer=True)
+    assert loss == pytest.approx(expected.item(), rel=1e-6)
+    cut = lambda l, v: v[..., :v.shape[-1] - K] if l in ("w2", "w3") else v  # noqa: E731  e_c's weights cut
+    at_input = conditional_elbo(x, codes, {l: tuple(cut(l, v) for v in q) for l, q in q_theta.items()},
+                                q_z, {l: cut(l, v) for l, v in theta.items()}, z, N / B, PRIOR_SCALE, OBS_SCALE)
+    assert abs(loss - at_input.item()) > 1e-3 * abs(loss)  # power: the label's later weights count
+    loc_a, _ = factor(guide, model.inputs(x, torch.zeros(len(x), dtype=torch.long)))
+    loc_b, _ = factor(guide, model.inputs(x, torch.full((len(x),), 2)))
+    assert torch.equal(loc_a, loc_b)
 
 
 def test_the_decoder_the_encoder_and_the_learned_prior_read_the_label():

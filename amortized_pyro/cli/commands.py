@@ -24,7 +24,7 @@ from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
 from amortized_pyro.runs.config import FitConfig, check_applicable, check_stop_gain, check_values
 from amortized_pyro.runs.fit import RESUMABLE_CHANGES, check_finished, fit, load_run, resume
-from amortized_pyro.runs.images import prepare_data
+from amortized_pyro.runs.images import prepare_data, run_data
 from amortized_pyro.runs.layout import new_comparison_dir, new_run_dir
 from amortized_pyro.runs.packs import fit_replicas, is_pack, resume_pack
 from amortized_pyro.study.comparison import COMPARE_GAP, WIDTHS, compare
@@ -248,6 +248,24 @@ def sample_command(run_dir, per_class, rows, seed, out, overwrite):
             "E[x | z, θ] with %s (seed %d)" % (config_label(result.config), theta, seed))
     sample_figure(images.cpu().numpy(), model.image_shape, names, title, out)
     click.echo("wrote %s (%d rows of %d images)" % (out, len(names), per_class))
+    if model.n_classes:
+        click.echo(_class_accuracy_line(run_dir, result, images))
+
+
+def _class_accuracy_line(run_dir, result, images):
+    """Whether a conditional run's draws show their class (report/class_accuracy.py), on the run's own labelled
+    images; where they cannot be read, a line saying so (the grid is written either way)."""
+    from amortized_pyro.report.class_accuracy import conditional_accuracy
+    from amortized_pyro.runs.store import read_info
+
+    try:
+        data = run_data(run_dir, read_info(run_dir), result.config, None, log=lambda line: None)
+    except AmortizedPyroError as error:
+        return "conditional accuracy not measured: the run's labelled images cannot be read (%s)" % error
+    reference = torch.cat([data.train, data.test]).flatten(1)
+    labels = torch.cat([data.train_labels, data.test_labels])
+    rows = torch.arange(result.model.n_classes)
+    return conditional_accuracy(images.cpu(), rows, reference.cpu(), labels.cpu()).line()
 
 
 for command in GAP_COMMANDS:

@@ -1,7 +1,9 @@
 """The conditional model's pieces (a CVAE, Sohn et al. 2015): each image x_n with its class label c_n.
 
     p(x_n | z_n, c_n, θ) = the likelihood of Ω([z_n, one-hot(c_n)]; θ)      the decoder reads the label
+                           (``decoder_label="every-layer"``: each hidden layer's output [h, e_c] too)
     q(z_n | x_n, c_n)    = the encoder of [x_n, one-hot(c_n)]                 A-VI, SA-VI, IA-VI
+                           (``encoder_label=False``: q(z_n | x_n), the encoder reads the image alone)
     p(z_n | c_n)         = N(0, I)                                            ``class_prior="standard"``
                          = N(μ_c, diag σ_c²),  (μ_c, log σ_c) = (M e_c, S e_c)  ``class_prior="learned"``
 
@@ -23,6 +25,7 @@ from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.networks import _layer
 
 CLASS_PRIORS = ("standard", "learned")
+DECODER_LABELS = ("input", "every-layer")  # where the decoder reads e_c: its input, or every layer's (issue 63)
 PRIOR_SITES = ("prior.loc", "prior.log_scale")
 
 

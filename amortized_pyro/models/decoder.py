@@ -29,7 +29,8 @@ import pyro.distributions as dist
 from pyro import poutine
 
 from amortized_pyro.errors import AmortizedPyroError
-from amortized_pyro.models.conditional import CLASS_PRIORS, class_prior, one_hot, prior_shapes, with_labels
+from amortized_pyro.models.conditional import (CLASS_PRIORS, DECODER_LABELS, class_prior, one_hot, prior_shapes,
+                                               with_labels)
 from amortized_pyro.models.local_posterior import ModelPosterior
 from amortized_pyro.models.modules import LocalModule
 from amortized_pyro.models.networks import DECODERS, LEAKY_SLOPE, default_image_shape, hidden
@@ -111,17 +112,21 @@ class BayesianDecoderModel(LocalModule):
 
     def __init__(self, n_obs, x_dim=784, z_dim=64, hidden=256, prior_scale=1.0, obs_scale=1.0,
                  likelihood="normal", local_terms="minibatch", slope=LEAKY_SLOPE, decoder_prior="normal",
-                 decoder="mlp", image_shape=None, n_classes=0, class_prior="standard"):
+                 decoder="mlp", image_shape=None, n_classes=0, class_prior="standard", decoder_label="input"):
         super().__init__()
         if class_prior not in CLASS_PRIORS or (class_prior == "learned" and not n_classes):
             raise AmortizedPyroError("class_prior must be one of %s (learned: a conditional model, n_classes > 0); "
                                      "got %r with %d classes" % (", ".join(CLASS_PRIORS), class_prior, n_classes))
+        if decoder_label not in DECODER_LABELS or (decoder_label == "every-layer" and (not n_classes or decoder != "mlp")):
+            raise AmortizedPyroError("decoder_label must be one of %s (every-layer: a conditional model's MLP decoder); "
+                                     "got %r" % (", ".join(DECODER_LABELS), decoder_label))
+        every = {"label": n_classes} if decoder_label == "every-layer" else {}
         self.decoder_prior = decoder_prior
         self.image_shape = tuple(image_shape) if image_shape is not None else default_image_shape(x_dim)
         if math.prod(self.image_shape) != x_dim:
             raise AmortizedPyroError("images of shape %s have %d pixels, not x_dim = %d"
                                      % ("×".join(map(str, self.image_shape)), math.prod(self.image_shape), x_dim))
-        self.network = DECODERS[decoder](z_dim + n_classes, hidden, self.image_shape)  # Ω: networks.DECODERS
+        self.network = DECODERS[decoder](z_dim + n_classes, hidden, self.image_shape, **every)  # Ω: networks.DECODERS
         self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs

@@ -25,6 +25,7 @@ from collections import namedtuple
 from functools import partial
 
 import torch
+from torch import nn
 
 import pyro
 from pyro import poutine
@@ -78,7 +79,9 @@ def config_label(config):
     if config.flow:
         name += ", flow K=%d" % config.flow
     if config.conditional:
-        name += ", conditional" + (", learned p(z | c)" if config.class_prior == "learned" else "")
+        name += ", conditional" + (", learned p(z | c)" if config.class_prior == "learned" else "") + (
+            "" if config.encoder_label else ", q(z | x)") + (
+            ", c at every layer" if config.decoder_label == "every-layer" else "")
     if config.decoder_prior == "none":
         name += ", point θ"
     if config.kl_weight != 1:
@@ -197,9 +200,21 @@ def _every_image(x, idx, kl_scale=None, x_all=None):
     return x if x_all is None else x_all  # x: a measurement's images (see :func:`factor`)
 
 
+class ImagesOnly(nn.Module):
+    """A conditional model's rows [x, one-hot(c)] → the images x [..., x_dim]: an encoder of q(z | x)."""
+
+    def __init__(self, x_dim):
+        super().__init__()
+        self.x_dim = x_dim
+
+    def forward(self, rows):
+        return rows[..., :self.x_dim]
+
+
 def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
-               refine_grad="straight-through", encoder="mlp", refine_optimizer="adam", iterations=5, flow=0):
+               refine_grad="straight-through", encoder="mlp", refine_optimizer="adam", iterations=5, flow=0,
+               encoder_label=True):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
     :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
     ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
@@ -208,7 +223,8 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     ``iterations`` the iterative guide's T (its update network as wide and deep as the encoder), ``flow`` K
     flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
     ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
-    ``mlp`` or ``conv``, on the model's ``image_shape``; a conditional model's encoder reads [x, one-hot(c)]). A FitConfig checks these values before a run; here only what would
+    ``mlp`` or ``conv``, on the model's ``image_shape``; a conditional model's encoder reads [x, one-hot(c)], or x
+    alone with ``encoder_label=False``). A FitConfig checks these values before a run; here only what would
     otherwise fail obscurely is refused."""
     if family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
@@ -221,8 +237,11 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
                    create_plates=partial(_latents_plate if every else _minibatch_plate, model.n_obs),
                    minibatch_indices=not every, qz_init=qz_init, seed=seed)
     if FAMILIES[family].encoder:
-        options.update(encoder=ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope,
-                                                 model.n_classes),  # a conditional model's rows: [x, one-hot(c)]
+        body = ENCODERS[encoder](model.image_shape, width, encoder_layers, encoder_slope,
+                                 model.n_classes if encoder_label else 0)  # a conditional model's rows: [x, one-hot(c)]
+        if model.n_classes and not encoder_label:  # q(z | x): the rows' images alone
+            body = nn.Sequential(ImagesOnly(model.x_dim), body)
+        options.update(encoder=body,
                        head_init="torch", standardize=False,  # the studies' start (and their capacity sweeps')
                        encoder_input=_every_image if every else _minibatch_images)
     if family == "semi-amortized":

@@ -25,14 +25,16 @@ def default_image_shape(x_dim):
     return (1, side, side) if side * side == x_dim else (1, 1, x_dim)
 
 
-def decoder_shapes(z_dim, hidden, x_dim):
-    """Site name → shape of every weight and bias of the MLP decoder (torch.nn.Linear's [out, in] convention)."""
+def decoder_shapes(z_dim, hidden, x_dim, label=0):
+    """Site name → shape of every weight and bias of the MLP decoder (torch.nn.Linear's [out, in] convention);
+    ``label`` K > 0: the input's last K entries (a conditional model's one-hot label) read again by the second
+    and third layers, each layer's input [h, e_c] (issue 63: the label at every layer)."""
     return {
         "decoder.w1": (hidden, z_dim),
         "decoder.b1": (hidden,),
-        "decoder.w2": (hidden, hidden),
+        "decoder.w2": (hidden, hidden + label),
         "decoder.b2": (hidden,),
-        "decoder.w3": (x_dim, hidden),
+        "decoder.w3": (x_dim, hidden + label),
         "decoder.b3": (x_dim,),
     }
 
@@ -49,10 +51,14 @@ def _layer(h, weight, bias):
 
 
 def hidden(z, theta, slope=LEAKY_SLOPE):
-    """The MLP decoder's last hidden layer for latents z (see :func:`decode`)."""
+    """The MLP decoder's last hidden layer for latents z (see :func:`decode`): what its last (linear) layer reads,
+    [h, e_c] where the weights read the label again (:func:`decoder_shapes`)."""
     h = z
     for layer in (1, 2):
         h = F.leaky_relu(_layer(h, theta["decoder.w%d" % layer], theta["decoder.b%d" % layer]), slope)
+        label = theta["decoder.w%d" % (layer + 1)].shape[-1] - h.shape[-1]  # K where the next layer reads e_c
+        if label:
+            h = torch.cat([h, z[..., -label:].expand(h.shape[:-1] + (label,))], -1)
     return h
 
 
@@ -72,8 +78,8 @@ class MLPDecoder:
 
     linear_head = True
 
-    def __init__(self, z_dim, hidden, image_shape):
-        self.shapes = decoder_shapes(z_dim, hidden, math.prod(image_shape))
+    def __init__(self, z_dim, hidden, image_shape, label=0):
+        self.shapes = decoder_shapes(z_dim, hidden, math.prod(image_shape), label)
 
     def __call__(self, z, theta, slope=LEAKY_SLOPE):
         return decode(z, theta, slope)

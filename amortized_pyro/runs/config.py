@@ -21,7 +21,7 @@ from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
-from amortized_pyro.models.conditional import CLASS_PRIORS
+from amortized_pyro.models.conditional import CLASS_PRIORS, DECODER_LABELS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
@@ -140,6 +140,11 @@ class FitConfig(Checked):
                                "baseline), or learned, N(μ_c, diag σ_c²) with per-class means and log-scales a global "
                                "site (Bayesian as the decoder: a Normal prior and mean-field q; point estimates with "
                                "--decoder-prior none).", choices=CLASS_PRIORS)
+    encoder_label: bool = setting(True, "A conditional model's encoder reads the label, q(z | x, c) (Sohn et al.); "
+                                  "--no-encoder-label: q(z | x), the image alone.")
+    decoder_label: str = setting("input", "Where a conditional model's decoder reads the label: input, [z, "
+                                 "one-hot(c)] (Sohn et al.), or every-layer, each hidden layer's output [h, "
+                                 "one-hot(c)] too (the mlp decoder).", choices=DECODER_LABELS)
     z_dim: int = setting(64, "Latent dimension.", low=1)
     hidden: int = setting(256, "Decoder hidden width H.", low=1)
     init_scale: float = setting(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
@@ -208,6 +213,12 @@ class FitConfig(Checked):
         if self.class_prior != "standard" and not self.conditional:
             raise InvalidSettings("--class-prior %s is the prior p(z | c) of a conditional model: add --conditional"
                                   % self.class_prior, ["class_prior", "conditional"])
+        if (not self.encoder_label or self.decoder_label != "input") and not self.conditional:
+            raise InvalidSettings("--no-encoder-label and --decoder-label say where a conditional model reads its "
+                                  "label: add --conditional", ["encoder_label", "decoder_label", "conditional"])
+        if self.decoder_label != "input" and self.decoder != "mlp":
+            raise InvalidSettings("--decoder-label %s is for the mlp decoder" % self.decoder_label,
+                                  ["decoder_label", "decoder"])
         if self.decoder_prior == "none" and self.estimator == "meanfield":
             raise InvalidSettings("the meanfield estimator's analytic KL has no form for a point-estimated decoder "
                                   "(use estimator = trace with decoder_prior = none)", ["estimator", "decoder_prior"])

@@ -33,12 +33,14 @@ def build(config, n_obs, x_dim, device, image_shape=None, n_classes=None):
     model = BayesianDecoderModel(n_obs, x_dim, config.z_dim, config.hidden, config.prior_scale, config.obs_scale,
                                  config.likelihood, config.local_terms, decoder_prior=config.decoder_prior,
                                  decoder=config.decoder, image_shape=image_shape,
-                                 n_classes=n_classes if config.conditional else 0, class_prior=config.class_prior)
+                                 n_classes=n_classes if config.conditional else 0, class_prior=config.class_prior,
+                                 decoder_label=config.decoder_label)
     guide = make_guide(config.guide, model, width=config.width, init_scale=config.init_scale,
                        encoder_layers=config.encoder_layers, qz_init=config.qz_init, seed=config.seed,
                        refine_steps=config.refine_steps, refine_lr=config.refine_lr, encoder_slope=config.encoder_slope,
                        objective=config.objective, refine_grad=config.refine_grad, encoder=config.encoder,
-                       refine_optimizer=config.refine_optimizer, iterations=config.iterations, flow=config.flow)
+                       refine_optimizer=config.refine_optimizer, iterations=config.iterations, flow=config.flow,
+                       encoder_label=config.encoder_label)
     return model.to(device), guide.to(device)
 
 
