@@ -23,7 +23,12 @@ def test_the_recurring_benches_and_the_archived_probes_are_both_there():
 HELP_DRIVER = r"""
 import contextlib, io, json, os, runpy, sys, traceback
 found, path = {}, list(sys.path)
+local = (os.path.abspath("bench"), os.path.abspath("tests"))
 for script in sys.argv[1:]:
+    for name, module in list(sys.modules.items()):  # the modules a script before took from bench/ or tests/ (its
+        # own folders on the path): each script imports its own again (torch and the package stay loaded)
+        if (getattr(module, "__file__", None) or "").startswith(local):
+            del sys.modules[name]
     sys.argv, sys.path[:] = [script, "--help"], [os.path.dirname(os.path.abspath(script))] + path
     out, err, code = io.StringIO(), io.StringIO(), 0
     try:

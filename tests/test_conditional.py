@@ -229,6 +229,13 @@ def test_a_source_without_labels_refuses_the_conditional_model_in_one_line(tmp_p
     result = run_cli(["fit", "--class-prior", "learned", *TINY, "--out", tmp_path / "run"])
     assert result.exit_code == 2 and "add --conditional" in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+    for where, said in ((["--no-encoder-label"], "add --conditional"), (["--decoder-label", "every-layer"],
+                                                                         "add --conditional"),
+                        (["--conditional", "--decoder-label", "every-layer", "--decoder", "conv"], "mlp decoder"),
+                        (["--conditional", "--guide", "per-datapoint", "--no-encoder-label"], "encoder")):
+        result = run_cli(["fit", *where, *TINY, "--out", tmp_path / "run"])
+        assert result.exit_code == 2 and said in result.output, (where, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "run").exists(), result.output
 
 
 def test_sample_draws_one_row_per_class_and_refuses_in_one_line(tmp_path):

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+import torch
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
+
+from amortized_pyro.cli.common import THREADS_ENV  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/remedies/inference.md", "figures/sa-vi/gaps.md", "figures/quickstart/gaps.md",
@@ -51,6 +54,8 @@ def run_as_python_would(args, monkeypatch):
     """``python experiments/X.py ...`` or ``python -m amortized_pyro ...`` (``args`` after ``python``) run in this
     process from the repository's root; a non-zero exit fails."""
     monkeypatch.chdir(ROOT)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    threads = torch.get_num_threads()  # the CLI sets torch's threads (--threads): given back after
     if args[0] == "-m":
         monkeypatch.setattr(sys, "argv", [args[1], *args[2:]])
         run = lambda: runpy.run_module(args[1], run_name="__main__", alter_sys=True)  # noqa: E731
@@ -64,6 +69,7 @@ def run_as_python_would(args, monkeypatch):
         assert exit.code in (None, 0), exit.code
     finally:
         plt.close("all")
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("table", TABLES)

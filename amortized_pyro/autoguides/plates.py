@@ -41,18 +41,19 @@ from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.errors import GuideError
 
-class _LocalSiteReached(Exception):
-    """Raised inside the model at its first local site (its message, as the model's own handlers made it), or at
-    the plate's subsample site where the read stops there (None)."""
+class _ReadStopped(Exception):
+    """Raised inside the model where the read stops: at its first local site (that site's message, as the model's
+    own handlers made it), or at the plate's subsample site where the read stops there (None)."""
 
     def __init__(self, msg):
         super().__init__(msg and msg["name"])
         self.msg = msg
 
 
-class _ToTheFirstLocalSite(Messenger):
-    """Runs a model up to its first local latent site of ``plate`` (``local_names``), recording the data plate's
-    subsample site on the way and giving every latent site before it the prototype's value (``values``).
+class _ToThePlate(Messenger):
+    """Runs a model up to its first local latent site of ``plate`` (``local_names``; with ``to_local_site=False``
+    up to the plate's own subsample site), recording the data plate's subsample site on the way and giving every
+    latent site before it the prototype's value (``values``).
     A messenger of its own, not ``poutine.escape``: it records one site and stops at another."""
 
     def __init__(self, plate, local_names, values, to_local_site=True):
@@ -65,14 +66,14 @@ class _ToTheFirstLocalSite(Messenger):
             if msg["name"] == self.plate:
                 self.subsample = (msg["fn"], msg["value"])
                 if not self.to_local_site:
-                    raise _LocalSiteReached(None)
+                    raise _ReadStopped(None)
             if msg["value"] is None:  # a plate that draws its minibatch: its first rows, nothing drawn
                 fn = msg["fn"]
                 rows = fn.size if fn.subsample_size is None else min(fn.subsample_size, fn.size)
                 msg["value"] = torch.arange(rows, device=fn.device)
             return
         if msg["name"] in self.local_names:
-            raise _LocalSiteReached(msg)
+            raise _ReadStopped(msg)
         if not msg["is_observed"] and msg["value"] is None and msg["name"] in self.values:
             msg["value"] = self.values[msg["name"]]
 
@@ -82,7 +83,8 @@ class ModelPlate:
     """The data plate of one model call, as the model made it: ``size`` (N), ``subsample_size`` (B),
     ``subsample`` (the indices the model gave, or None: every datapoint, or a minibatch the plate draws),
     ``device``, and at the first local site ``site`` (its name), the plate's ``dim`` there and the site's
-    ``node`` (its mask and distribution: whether the model masks it in this call)."""
+    ``node`` (its mask and distribution: whether the model masks it in this call); where the read stopped at the
+    plate (``node`` None), ``site`` and ``dim`` are the prototype call's."""
 
     size: int
     subsample_size: int
@@ -127,11 +129,11 @@ def read_model_plate(model, structure, values, args, kwargs, to_local_site=True)
     (None): the guide's call without Pyro's validation (the plate's construction and the site's distribution
     not run: 0.3 % of a VAE's step, ``bench/builder_step.py``)."""
     names = {site.name for site in structure.locals}
-    reader = _ToTheFirstLocalSite(structure.plate, names, values, to_local_site)
+    reader = _ToThePlate(structure.plate, names, values, to_local_site)
     try:
         with poutine.block(), reader:
             model(*args, **kwargs)
-    except _LocalSiteReached as reached:
+    except _ReadStopped as reached:
         msg = reached.msg
     else:
         raise GuideError("the model made no local site of its plate %r in this call (its local sites: %s): the "

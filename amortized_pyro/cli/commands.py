@@ -217,12 +217,14 @@ def plot_command(results_file, out, plateau_fraction):
 @click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1),
               help="Rows of independent draws for an unconditional run (a conditional run has one per class).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the z draws.")
+@click.option("--same-z", is_flag=True, help="A conditional run's analogies: each column one draw of z's noise, "
+              "shared by every class's row (the same style in each class).")
 @click.option("--out", type=OutPath(dir_okay=False), default=None,
               help="The PNG to write (default: RUN_DIR/samples.png); an existing file is refused unless --overwrite.")
 @click.option("--overwrite", is_flag=True, help="Replace the file --out names.")
 @threads_option
 @friendly_errors
-def sample_command(run_dir, per_class, rows, seed, out, overwrite):
+def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
     """Draw images from a finished run: for a conditional run one row per class, z ~ p(z | c) decoded with θ at
     q(θ)'s mean (class-conditional generation); for an unconditional run rows of independent z ~ N(0, I)."""
     from amortized_pyro.models.generation import draw_grid
@@ -235,13 +237,17 @@ def sample_command(run_dir, per_class, rows, seed, out, overwrite):
     check_writable(out)
     result = load_run(run_dir)
     model, generator = result.model, torch.Generator().manual_seed(seed)
-    images = draw_grid(model, result.guide.global_mean(), per_class, generator, n_rows=None if model.n_classes else rows)
+    if same_z and not model.n_classes:
+        raise click.UsageError("--same-z shares each column's z across classes: it needs a conditional run")
+    images = draw_grid(model, result.guide.global_mean(), per_class, generator,
+                       n_rows=None if model.n_classes else rows, same_z=same_z)
     theta = "θ̂ (a point-estimated decoder)" if result.config.decoder_prior == "none" else "θ at q(θ)'s mean"
     if model.n_classes:
         prior = "N(0, I)" if model.class_prior == "standard" else "the learned N(μ_c, σ_c²)"
         names, title = ["class %d" % c for c in range(model.n_classes)], (
-            "Class-conditional samples of %s: row c, z ~ p(z | c) = %s, shown as E[x | z, c, θ] with %s (seed %d)"
-            % (config_label(result.config), prior, theta, seed))
+            "Class-conditional samples of %s: row c, z ~ p(z | c) = %s%s, shown as E[x | z, c, θ] with %s (seed %d)"
+            % (config_label(result.config), prior, ", each column's noise shared by every row" if same_z else "",
+               theta, seed))
     else:
         names, title = ["draws %d" % (r + 1) for r in range(rows)], (
             "Samples of %s (unconditional: rows are independent draws, not classes): z ~ N(0, I), shown as "

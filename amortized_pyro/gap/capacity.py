@@ -33,7 +33,7 @@ from amortized_pyro.support.streams import outside_the_stream
 
 
 def train_encoder(model, q_theta, x, width, layers, slope, training, seed, target=-math.inf, window_end=None,
-                  weight_decay=0.0):
+                  weight_decay=0.0, encoder_label=True):
     """A fresh amortized guide of the package (:func:`~amortized_pyro.models.guides.make_guide`, the run's encoder
     body) on the frozen ``q_theta`` (a copy), its encoder trained to convergence on the images ``x`` by the one
     encoder trainer (:func:`~amortized_pyro.autoguides.capacity.train_to_convergence`) on minibatches of
@@ -43,7 +43,8 @@ def train_encoder(model, q_theta, x, width, layers, slope, training, seed, targe
     window's mean local ELBO per image)."""
     with outside_the_stream(x.device):
         torch.manual_seed(seed)  # the encoder's initialisation
-        guide = make_guide("amortized", model, width=width, encoder_layers=layers, encoder_slope=slope).to(x.device)
+        guide = make_guide("amortized", model, width=width, encoder_layers=layers, encoder_slope=slope,
+                           encoder_label=encoder_label).to(x.device)  # a CVAE's encoder reads the label as the run's
     guide.q_theta.load_state_dict(q_theta.state_dict())
     optimizer = make_optimizer(guide, training.encoder_lr, weight_decay, params=dict(guide.q_z.named_parameters()))
 
@@ -87,7 +88,7 @@ def sweep(result, data, widths, layers, seeds, n_images, training, settings, log
 
     def train(width, hidden, seed):
         guide, epochs, capped, elbo = train_encoder(model, q_theta, data.train, width, hidden, slope, training, seed,
-                                                    target)
+                                                    target, encoder_label=result.config.encoder_label)
         return guide, epochs, capped, elbo, dict(label=label("amortized", width), target=target if own else None,
                                                  reached_target=elbo >= target if own else None,
                                                  training=asdict(training))

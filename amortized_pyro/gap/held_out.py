@@ -146,7 +146,8 @@ def train_and_score(result, data, encoder, training, settings, references, gap_s
     guide, epochs, capped, elbo = train_encoder(
         model, run_guide.q_theta, x, encoder.width, result.config.encoder_layers, result.config.encoder_slope,
         training, seed, target=target if validation is None else -math.inf, window_end=window_end,
-        weight_decay=encoder.strength if encoder.regularizer == "weight-decay" else 0.0)
+        weight_decay=encoder.strength if encoder.regularizer == "weight-decay" else 0.0,
+        encoder_label=result.config.encoder_label)
     if best["state"] is not None:
         guide.q_z.load_state_dict(best["state"])
     rows = []

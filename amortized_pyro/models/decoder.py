@@ -117,16 +117,18 @@ class BayesianDecoderModel(LocalModule):
         if class_prior not in CLASS_PRIORS or (class_prior == "learned" and not n_classes):
             raise AmortizedPyroError("class_prior must be one of %s (learned: a conditional model, n_classes > 0); "
                                      "got %r with %d classes" % (", ".join(CLASS_PRIORS), class_prior, n_classes))
-        if decoder_label not in DECODER_LABELS or (decoder_label == "every-layer" and (not n_classes or decoder != "mlp")):
-            raise AmortizedPyroError("decoder_label must be one of %s (every-layer: a conditional model's MLP decoder); "
-                                     "got %r" % (", ".join(DECODER_LABELS), decoder_label))
-        every = {"label": n_classes} if decoder_label == "every-layer" else {}
+        every_layer = decoder_label == "every-layer"
+        if decoder_label not in DECODER_LABELS or (every_layer and (not n_classes or decoder != "mlp")):
+            raise AmortizedPyroError("decoder_label must be one of %s (every-layer: a conditional model's MLP "
+                                     "decoder); got %r" % (", ".join(DECODER_LABELS), decoder_label))
+        label_again = {"label": n_classes} if every_layer else {}  # e_c read again by the later layers
         self.decoder_prior = decoder_prior
         self.image_shape = tuple(image_shape) if image_shape is not None else default_image_shape(x_dim)
         if math.prod(self.image_shape) != x_dim:
             raise AmortizedPyroError("images of shape %s have %d pixels, not x_dim = %d"
                                      % ("×".join(map(str, self.image_shape)), math.prod(self.image_shape), x_dim))
-        self.network = DECODERS[decoder](z_dim + n_classes, hidden, self.image_shape, **every)  # Ω: networks.DECODERS
+        # Ω: networks.DECODERS
+        self.network = DECODERS[decoder](z_dim + n_classes, hidden, self.image_shape, **label_again)
         self.slope = slope  # the decoder's LeakyReLU slope (1: a linear decoder, whose gaps have closed forms)
         self.local_terms = local_terms
         self.n_obs = n_obs

@@ -16,7 +16,7 @@ from amortized_pyro.models.conditional import class_prior, one_hot
 
 
 @torch.no_grad()
-def draw_grid(model, theta, per_row, generator, labels=None, n_rows=None):
+def draw_grid(model, theta, per_row, generator, labels=None, n_rows=None, same_z=False):
     """Images [R, per_row, x_dim] of ``model`` (a :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`)
     at the global values ``theta`` (site → tensor), each row's z drawn from p(z | c) by ``generator``.
 
@@ -25,6 +25,8 @@ def draw_grid(model, theta, per_row, generator, labels=None, n_rows=None):
     :param torch.Tensor labels: int64 [R], each row's class: a conditional model's rows (None: one per class,
         0..K−1).
     :param int n_rows: an unconditional model's rows R (independent draws; no labels).
+    :param bool same_z: one standard-normal draw ε per column, shared by every row (a conditional model's
+        analogies: column j is the same style in every class; z = μ_c + σ_c ε under a learned p(z | c)).
     """
     if model.n_classes:
         labels = torch.arange(model.n_classes) if labels is None else labels
@@ -32,7 +34,8 @@ def draw_grid(model, theta, per_row, generator, labels=None, n_rows=None):
         raise AmortizedPyroError("an unconditional model draws n_rows rows of independent z, without labels")
     like = next(iter(theta.values()))
     rows = len(labels) if labels is not None else n_rows
-    eps = torch.randn((rows, per_row, model.z_dim), generator=generator, device=like.device, dtype=like.dtype)
+    eps = torch.randn((1 if same_z else rows, per_row, model.z_dim), generator=generator, device=like.device,
+                      dtype=like.dtype).expand(rows, per_row, model.z_dim)
     if labels is None:
         return model.mean_image(eps, theta)
     codes = one_hot(labels, model.n_classes, eps)[:, None, :].expand(rows, per_row, model.n_classes)

@@ -80,7 +80,7 @@ def config_label(config):
         name += ", flow K=%d" % config.flow
     if config.conditional:
         name += ", conditional" + (", learned p(z | c)" if config.class_prior == "learned" else "") + (
-            "" if config.encoder_label else ", q(z | x)") + (
+            "" if config.encoder_label or not FAMILIES[config.guide].encoder else ", q(z | x)") + (
             ", c at every layer" if config.decoder_label == "every-layer" else "")
     if config.decoder_prior == "none":
         name += ", point θ"

@@ -37,7 +37,8 @@ BATCH_ORDERS = ("shuffled", "blocks")
 FREE_GUIDES = tuple(g for g in GUIDES if g not in ENCODER_GUIDES)  # per-datapoint and shared: free factors
 # The fields that configure some guides only, and the guides each configures (its help says so): given for
 # another guide, such an option would do nothing and still be recorded, so the command line refuses it
-GUIDE_SETTINGS = {**dict.fromkeys(("width", "encoder", "encoder_layers", "encoder_slope"), ENCODER_GUIDES),
+GUIDE_SETTINGS = {**dict.fromkeys(("width", "encoder", "encoder_layers", "encoder_slope", "encoder_label"),
+                                  ENCODER_GUIDES),
                   **dict.fromkeys(("refine_steps", "refine_lr", "refine_grad", "refine_optimizer"),
                                   ("semi-amortized",)),
                   "iterations": ("iterative",), "qz_init": FREE_GUIDES,
