@@ -17,6 +17,8 @@ ARCHITECTURE_CELLS = ("mlp-normal", "mlp-none", "conv-normal", "conv-none")  # e
 REMEDY_CELLS = ("a-vi", "f-vi", "flow-2", "flow-4", "f-vi-flow-2", "ia-vi-5", "sa-vi-5", "sa-vi-5-momentum",
                 "sa-vi-20")  # experiments/remedies.sh's
 SA_VI_CELLS = ("sa-vi-5", "sa-vi-5-unrolled", "sa-vi-20")  # experiments/sa-vi.sh's comparison folders, runs/CELL
+CVAE_ACCURACY_VARIANTS = ("base", "z8", "noenc", "learned", "every", "bernoulli", "obs3", "recipe",
+                          "long")  # experiments/cvae-accuracy.sh's, in its order
 CVAE_GAP_DESIGNS = ("vae", "cvae")  # experiments/cvae-gap.sh's: the VAE and the CVAE (p(z | c) = N(0, I))
 GAP_VS_N = "runs/gap-vs-n/n%d/runs/*/A-VI_k_64-seed0"  # a gap-vs-n run; * is the MNIST folder's name
 OWN_REPORT = GAP_VS_N % 2500 + "/gap-%s.json"  # the capacity sweep's frozen run's own gap reports
@@ -121,6 +123,16 @@ STUDIES = {study.name: study for study in (
              Command(("python", "experiments/inference_costs.py", "table", "figures/remedies/inference.jsonl",
                       "--out", "figures/remedies"))],
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
+    Study("cvae-accuracy", "why a CVAE's draws did not show their class, one setting at a time, and the recipe's",
+          "figures/cvae-accuracy", "runs/cvae-accuracy",
+          lambda ctx: [Command(("python", "experiments/cvae_accuracy.py", "measure")
+                               + tuple("runs/cvae-accuracy/%s-seed%d" % (v, s) for v in CVAE_ACCURACY_VARIANTS
+                                       for s in SEEDS) + ("--out", "figures/cvae-accuracy"))]
+          + [Command(("python", "-m", "amortized_pyro", "sample", "runs/cvae-accuracy/%s-seed0" % run, "--per-class",
+                      "8", "--overwrite", "--out", "figures/cvae-accuracy/%s-%s.png" % (run, name)) + same,
+                     stdout="figures/cvae-accuracy/%s-%s.txt" % (run, name))
+             for run in ("recipe", "base") for name, same in (("samples", ()), ("analogies", ("--same-z",)))],
+          tuple("runs/cvae-accuracy/%s-seed%d/summary.json" % (v, s) for v in CVAE_ACCURACY_VARIANTS for s in SEEDS)),
     Study("cvae-gap", "the CVAE's gap against the VAE's, A-VI k = 64 and F-VI, paired per (seed, image)",
           "figures/cvae-gap", "runs/cvae-gap",
           lambda ctx: mirrored_gap_tables(cells_of("cvae-gap", CVAE_GAP_DESIGNS), "figures/cvae-gap", "--title",
