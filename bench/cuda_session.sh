@@ -33,6 +33,9 @@ torch.cuda.get_device_name(), 'pyro', pyro.__version__, 'zuko', zuko.__version__
 echo "[$SECONDS s] bench_step" | tee -a "$OUT/bench.txt"
 [ "${BENCH:-1}" = 1 ] && timeout 70 python3 bench/bench_step.py --device cuda --dataset .gpu/mnist --configs reference --rounds 5 --steps 10 \
   >> "$OUT/bench.txt" 2>&1
+echo "[$SECONDS s] graph_step" | tee -a "$OUT/bench.txt"  # issue 61: eager against captured, and fit --graph
+[ "${BENCH:-1}" = 1 ] && timeout 150 python3 bench/graph_step.py --device cuda --dataset .gpu/mnist --fit-epochs 300 \
+  >> "$OUT/bench.txt" 2>&1
 studies=
 if [ "${END:-1}" = 1 ]; then
 echo "[$SECONDS s] studies start" | tee -a "$OUT/bench.txt"
@@ -44,7 +47,7 @@ fi
 # the tests that need CUDA first (the machine lent on 2026-11-26 gave the process one CPU: nproc 1, so the whole
 # suite did not fit one call), then the whole suite as far as PYTEST_LIMIT allows
 [ "${CUDA_TESTS:-1}" = 1 ] && timeout 120 python3 -m pytest -q -rfE --tb=line -p no:cacheprovider -k "cuda" \
-  tests/test_training.py tests/test_replicas.py tests/test_cli.py > "$OUT/pytest-cuda.txt" 2>&1
+  tests/test_training.py tests/test_replicas.py tests/test_cli.py tests/test_static_step.py > "$OUT/pytest-cuda.txt" 2>&1
 if [ "${SUITE:-1}" = 1 ]; then
   timeout "${PYTEST_LIMIT:-280}" python3 -m pytest -q -rfE --tb=line -n "${WORKERS:-6}" -p no:cacheprovider \
     > "$OUT/pytest.txt" 2>&1

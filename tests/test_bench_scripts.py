@@ -2,6 +2,7 @@
 what it uses and parses its options (a smoke test: the benchmarks themselves run by hand, their results in
 BENCHMARKS.md), and the interleaved bench's summary reads its log."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -102,3 +103,15 @@ def test_the_builder_step_bench_runs_at_the_smallest_sizes():
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith(("| prodlda |", "| vae |"))]
     assert len(rows) == 2, done.stdout
+
+
+def test_the_graph_step_bench_runs_on_the_cpu_with_capture_skipped():
+    """bench/graph_step.py end to end at the small configuration: each guide's eager row, the captured column
+    saying it was skipped, and the eager fit line (a lent GPU runs it at the reference size: cuda_session.sh)."""
+    done = subprocess.run([sys.executable, str(BENCH / "graph_step.py"), "--device", "cpu", "--configs", "small",
+                           "--guides", "amortized", "shared", "--rounds", "2", "--steps", "2", "--fit-epochs", "1"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| small |")]
+    assert len(rows) == 2 and all("skipped (no CUDA)" in row for row in rows), done.stdout
+    assert "# fit small, 1 epochs (10 steps), eager:" in done.stdout

@@ -101,13 +101,15 @@ def decays(name, value, leading_dims=0):
     return not name.startswith("q_theta.") and value.dim() - leading_dims >= 2
 
 
-def make_optimizer(guide, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), params=None, leading_dims=0):
+def make_optimizer(guide, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.999), params=None, leading_dims=0,
+                   capturable=False):
     """Adam over the guide's parameters (or ``params``, name → tensor, with ``leading_dims`` stacked
     dimensions), or AdamW with decoupled weight decay on the tensors that :func:`decays` picks where
     weight_decay > 0: one multi-tensor (foreach) torch optimizer, its parameters in name order so that its
-    ``state_dict`` is the same in every process."""
+    ``state_dict`` is the same in every process; ``capturable``: its step count on the device, so that a CUDA
+    graph can capture its step (:mod:`~amortized_pyro.inference.static_step`)."""
     params = dict(sorted((params or dict(guide.named_parameters())).items()))
-    options = {"lr": lr, "betas": tuple(betas), "foreach": True}
+    options = {"lr": lr, "betas": tuple(betas), "foreach": True, "capturable": capturable}
     if weight_decay <= 0:
         return torch.optim.Adam(list(params.values()), **options)
     decayed = [v for k, v in params.items() if decays(k, v, leading_dims)]

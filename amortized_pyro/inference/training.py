@@ -21,14 +21,16 @@ convergence criterion for runs whose epochs differ in steps and images.
 import contextlib
 import math
 import time
+from functools import partial
 
 import torch
 from tqdm.auto import tqdm
 
 import pyro
 
-from amortized_pyro.errors import Diverged, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
 from amortized_pyro.inference.evaluation import evaluate
+from amortized_pyro.inference.static_step import StaticStep
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
 from amortized_pyro.models.conditional import model_data
 from amortized_pyro.support.batching import minibatches
@@ -41,7 +43,8 @@ class TrainingState:
     generator, the epochs done, their records and the training time."""
 
     def __init__(self, guide, schedule, device):
-        self.optimizer = make_optimizer(guide, schedule.lr, schedule.weight_decay, (schedule.beta1, schedule.beta2))
+        self.optimizer = make_optimizer(guide, schedule.lr, schedule.weight_decay, (schedule.beta1, schedule.beta2),
+                                        capturable=schedule.graph)
         self.evaluation_rng = torch.Generator(device).manual_seed(schedule.seed)
         self.epoch, self.history, self.train_seconds = 0, [], 0.0
 
@@ -122,13 +125,18 @@ class SingleRun:
         self.models, self.guides, self.states = [model], [guide], [state]
         self.elbos = [make_elbo(schedule.particles, schedule.estimator)(model, guide)]
         self.label, self.after = guide.family, after_epoch
+        device = state.evaluation_rng.device
+        if schedule.graph and device.type != "cuda":
+            raise AmortizedPyroError("--graph captures the step in a CUDA graph: it needs a CUDA device, this run's "
+                                     "is %s" % device)
+        self.step = StaticStep(self.elbos[0], state.optimizer, capture=True, fixed=(3,)) if schedule.graph else \
+            partial(step, self.elbos[0], state.optimizer)  # the eager step, or its captured form (static_step.py)
 
     def epoch_losses(self, data, schedule, kl_scale, x_all):
         """One epoch of SVI steps on ``data`` as the model reads it (:func:`~amortized_pyro.models.conditional.model_data`);
         the mean loss, [1], a device tensor."""
         batches = epoch_batches(schedule, data.train.shape[0], data.train.device)
-        loss = sum(step(self.elbos[0], self.states[0].optimizer, data.train[idx], idx, kl_scale, x_all)
-                   for idx in batches)
+        loss = sum(self.step(data.train[idx], idx, kl_scale, x_all) for idx in batches)
         return (loss / len(batches)).reshape(1)
 
     def check(self, x, idx, kl_scale, x_all):

@@ -194,6 +194,8 @@ class FitConfig(Checked):
                             "epochs (poutine.scale); 0 = none. The recorded ELBO is missing until the scale is 1.",
                             low=0)
     device: str = setting("auto", "auto (CUDA when available), cpu, cuda or cuda:N.", parse=parse_device)
+    graph: bool = setting(False, "Capture each batch shape's SVI step in a CUDA graph after 3 eager steps and "
+                          "replay it (Python skipped; CUDA only; draws from the graph-safe stream).")
     eval_every: int = setting(100, "Evaluate the reconstruction MSEs every this many epochs (and at the end). An "
                              "evaluation (16 predictive draws on train and test) costs about 4 epochs of training "
                              "at the default size on a CPU; every 100 keeps it near 4% of the run (BENCHMARKS.md).",

@@ -67,6 +67,9 @@ def fit_replicas(config, replicas, data=None, out=None, progress=True, log=print
     """``replicas`` seeds config.seed, config.seed + 1, … trained as one model on the images of config.seed,
     into ``out``/seed{seed} where given; their FitResults."""
     config = config.check()
+    if config.graph:  # each replica draws from its own generator: each would need registering with the graph
+        raise AmortizedPyroError("--graph does not capture packs of replicas (their per-replica random streams): "
+                                 "run the seeds one by one with --graph, or the pack without it")
     data = prepare_data(config, data, log)
     configs = [replace(config, seed=config.seed + r) for r in range(replicas)]
     return fit_pack(configs, data, pack_dirs(out, configs) if out else None, progress, log, overwrite)
