@@ -60,7 +60,7 @@ class StaticStep:
         if key in self.graphs:
             graph, loss = self.graphs[key]
             graph.replay()
-            return loss.clone()
+            return loss.clone()  # the graph's loss, detached at capture: the next replay overwrites it
         self.seen[key] = self.seen.get(key, 0) + 1
         if not self.capture or self.seen[key] <= self.warmup:
             return self._eager(static)
@@ -90,6 +90,6 @@ class StaticStep:
             warnings.warn("the SVI step could not be captured in a CUDA graph (%s): the eager step from here on"
                           % str(error).splitlines()[0], RuntimeWarning, stacklevel=2)
             return eager_step(self.elbo, self.optimizer, *static)
-        self.graphs[key] = (graph, loss)
+        self.graphs[key] = (graph, loss.detach())  # no autograd graph kept beyond the capture
         graph.replay()  # capture records without running: this call's step is the first replay
         return loss.detach().clone()
