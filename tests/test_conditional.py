@@ -276,3 +276,24 @@ def test_sample_draws_rows_of_independent_z_for_an_unconditional_run(tmp_path):
     result = run_cli(["sample", out, "--per-class", 4, "--rows", 2, "--seed", 3])
     assert result.exit_code == 0, result.output
     assert (out / "samples.png").exists() and "2 rows of 4 images" in result.output
+
+
+@pytest.mark.parametrize("decoder_label", ["input", "every-layer"])
+def test_the_gaps_gram_shortcut_is_the_plain_log_joint_with_the_label_at_every_layer(decoder_label):
+    """The gap's shortcut for the normal likelihood (``with_gram``: WᵀW and Wᵀ(x − b) of the last layer) gives the
+    plain local log joint on the same draws where the last layer also reads the label ([h, e_c])."""
+    from amortized_pyro.local.gaps import global_draws
+    from amortized_pyro.local.gaps import GapSettings
+
+    torch.set_default_dtype(torch.float64)
+    pyro.set_rng_seed(0)
+    model = BayesianDecoderModel(N, X_DIM, Z_DIM, HIDDEN, PRIOR_SCALE, OBS_SCALE, n_classes=K,
+                                 decoder_label=decoder_label)
+    guide = make_guide("amortized", model, width=WIDTH)
+    fit_draws, _ = global_draws(guide, GapSettings(theta_draws=3), torch.Generator().manual_seed(1))
+    rows = model.inputs(torch.rand(5, X_DIM), torch.randint(0, K, (5,)))
+    z = torch.randn(3, 4, 5, Z_DIM)  # [M, S, n, z_dim]
+    plain = model.local_log_joint(rows, z, fit_draws.values)
+    shortcut = model.local_log_joint(rows, z, model.with_gram(fit_draws, rows).values)
+    assert "gram.WtW" in model.with_gram(fit_draws, rows).values  # the shortcut's path, not the plain one
+    assert plain.shape == (3, 4, 5) and torch.allclose(plain, shortcut, rtol=1e-10, atol=1e-8)
