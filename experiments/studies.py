@@ -125,7 +125,10 @@ STUDIES = {study.name: study for study in (
           ("runs/remedies/*/runs/*/*/gap-*.json",), data=True, args=lambda ctx: [(ctx.data,)]),
     Study("cvae-accuracy", "why a CVAE's draws did not show their class, one setting at a time, and the recipe's",
           "figures/cvae-accuracy", "runs/cvae-accuracy",
-          lambda ctx: [Command(("python", "experiments/cvae_accuracy.py", "measure")
+          lambda ctx: [Copy(tuple("runs/cvae-accuracy/*-seed*/%s" % f for f in ("config.json", "metrics.jsonl",
+                                                                                  "summary.json")),
+                            "figures/cvae-accuracy/runs", by_run=True),  # each run's small files, as RUN-FILE
+                       Command(("python", "experiments/cvae_accuracy.py", "measure")
                                + tuple("runs/cvae-accuracy/%s-seed%d" % (v, s) for v in CVAE_ACCURACY_VARIANTS
                                        for s in SEEDS) + ("--out", "figures/cvae-accuracy"))]
           + [Command(("python", "-m", "amortized_pyro", "sample", "runs/cvae-accuracy/%s-seed0" % run, "--per-class",
