@@ -124,18 +124,25 @@ def bench(guide, cfg_name, data, device, rounds, steps, lr):
         sync(device)
         if device.type == "cuda":
             peak[method] = (torch.cuda.max_memory_allocated() - base) / 2 ** 20
-    times = {m: [] for m in METHODS}
+    return interleaved_ms(steppers, x_all, batches, rounds, steps, device), peak
+
+
+def interleaved_ms(steppers, x_all, batches, rounds, steps, device):
+    """Median ms per step of each of ``steppers`` (name → step(x, idx)): ``rounds`` rounds of ``steps`` steps
+    each on the minibatches in turn, the order rotated every round (absolute times drift; ratios within a round
+    do not)."""
+    names = list(steppers)
+    times = {name: [] for name in names}
     for r in range(rounds):
-        order = METHODS[r % len(METHODS):] + METHODS[:r % len(METHODS)]
-        for method in order:
+        for name in names[r % len(names):] + names[:r % len(names)]:
             sync(device)
             start = time.perf_counter()
             for s in range(steps):
                 idx = batches[(r * steps + s) % len(batches)]
-                steppers[method](x_all[idx], idx)
+                steppers[name](x_all[idx], idx)
             sync(device)
-            times[method].append(1000 * (time.perf_counter() - start) / steps)
-    return {m: statistics.median(t) for m, t in times.items()}, peak
+            times[name].append(1000 * (time.perf_counter() - start) / steps)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():

@@ -9,9 +9,7 @@ then, with --fit-epochs E, `fit` end to end on the same data, eager and --graph 
 On the CPU nothing is captured (torch's CUDA graphs need a GPU): the captured column says so.
 """
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -19,7 +17,7 @@ import torch
 import pyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import CONFIGS, sync  # noqa: E402
+from bench_step import CONFIGS, interleaved_ms, sync  # noqa: E402
 
 from amortized_pyro import fit, load_data  # noqa: E402
 from amortized_pyro.inference.static_step import StaticStep  # noqa: E402
@@ -50,17 +48,7 @@ def step_times(guide_name, cfg, images, device, rounds, steps):
         for i in range(5):
             runs[kind](x_all[batches[i]], batches[i])
     sync(device)
-    times = {kind: [] for kind in kinds}
-    for r in range(rounds):
-        for kind in kinds if r % 2 == 0 else kinds[::-1]:
-            sync(device)
-            start = time.perf_counter()
-            for s in range(steps):
-                idx = batches[(r * steps + s) % len(batches)]
-                runs[kind](x_all[idx], idx)
-            sync(device)
-            times[kind].append(1000 * (time.perf_counter() - start) / steps)
-    return {kind: statistics.median(t) for kind, t in times.items()}
+    return interleaved_ms(runs, x_all, batches, rounds, steps, device)
 
 
 def fit_seconds(dataset, cfg, epochs, device, graph):

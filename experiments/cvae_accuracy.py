@@ -22,7 +22,7 @@ import torch
 
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.generation import draw_grid
-from amortized_pyro.report.class_accuracy import conditional_accuracy
+from amortized_pyro.report.class_accuracy import of_class_grid
 from amortized_pyro.runs.fit import finished_run
 
 
@@ -32,9 +32,7 @@ def measured(run_dir, draws, seed):
     if not result.model.n_classes:
         raise AmortizedPyroError("%s is not a conditional run" % run_dir)
     images = draw_grid(result.model, result.guide.global_mean(), draws, torch.Generator().manual_seed(seed))
-    accuracy = conditional_accuracy(images, torch.arange(result.model.n_classes),
-                                    torch.cat([data.train, data.test]).flatten(1),
-                                    torch.cat([data.train_labels, data.test_labels]))
+    accuracy = of_class_grid(images, data)
     name = Path(run_dir).name
     found = re.fullmatch(r"(.+)-seed(\d+)", name)
     variant, run_seed = (found.group(1), int(found.group(2))) if found else (name, result.config.seed)

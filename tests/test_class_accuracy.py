@@ -77,6 +77,13 @@ def test_sample_prints_the_conditional_accuracy_and_the_recipe_s_rows_show_their
     line = drawn.output.splitlines()[-1]
     assert line.startswith("conditional accuracy ") and "of 50 draws per class" in line and "600 labelled" in line
     assert low < float(line.split()[2]) < high, line
+    if z_dim == 64:  # --same-z of an unconditional run: refused in one line, usage status, nothing written
+        plain = tmp_path / "plain"
+        assert CliRunner().invoke(cli, ["fit", "--dataset", "mnist-sample", "--n-obs", "40", "--n-test", "10",
+                                        "--epochs", "1", "--no-progress", "--out", str(plain)]).exit_code == 0
+        refused = CliRunner().invoke(cli, ["sample", str(plain), "--same-z"])
+        assert refused.exit_code == 2 and "needs a conditional run" in refused.output, refused.output
+        assert len(refused.output.strip().splitlines()) == 1 and not (plain / "samples.png").exists()
 
 
 def test_same_z_shares_each_columns_noise_and_a_decoder_blind_to_the_label_scores_chance(sample):

@@ -11,7 +11,10 @@ import torch
 import pyro
 from pyro.infer import Trace_ELBO
 
+from click.testing import CliRunner
+
 from amortized_pyro import fit
+from amortized_pyro.cli.commands import cli
 from amortized_pyro.autoguides import AutoAmortizedNormal
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.inference.static_step import StaticStep
@@ -96,6 +99,10 @@ def test_graph_is_refused_where_it_cannot_capture(tmp_path):
     config = FitConfig(**{k: v for k, v in options.items() if k != "progress"})
     with pytest.raises(AmortizedPyroError, match="does not capture packs of replicas"):
         fit_replicas(config, 2, progress=False, **quiet)
+    result = CliRunner().invoke(cli, ["fit", "--graph", "--device", "cpu", "--dataset", "mnist-sample", "--n-obs", "40",
+                                      "--n-test", "10", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "needs a CUDA device" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "run").exists()  # refused before writing
 
 
 @requires_cuda

@@ -18,7 +18,7 @@ from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, check_writable, comma
                                        threads_option)
 from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, given, option_name, settings_options
-from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted, InvalidSettings
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
@@ -238,7 +238,8 @@ def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
     result = load_run(run_dir)
     model, generator = result.model, torch.Generator().manual_seed(seed)
     if same_z and not model.n_classes:
-        raise click.UsageError("--same-z shares each column's z across classes: it needs a conditional run")
+        raise InvalidSettings("--same-z shares each column's z across classes: it needs a conditional run",
+                              ["same_z"])
     images = draw_grid(model, result.guide.global_mean(), per_class, generator,
                        n_rows=None if model.n_classes else rows, same_z=same_z)
     theta = "θ̂ (a point-estimated decoder)" if result.config.decoder_prior == "none" else "θ at q(θ)'s mean"
@@ -261,17 +262,14 @@ def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
 def _class_accuracy_line(run_dir, result, images):
     """Whether a conditional run's draws show their class (report/class_accuracy.py), on the run's own labelled
     images; where they cannot be read, a line saying so (the grid is written either way)."""
-    from amortized_pyro.report.class_accuracy import conditional_accuracy
+    from amortized_pyro.report.class_accuracy import of_class_grid
     from amortized_pyro.runs.store import read_info
 
     try:
         data = run_data(run_dir, read_info(run_dir), result.config, None, log=lambda line: None)
     except AmortizedPyroError as error:
         return "conditional accuracy not measured: the run's labelled images cannot be read (%s)" % error
-    reference = torch.cat([data.train, data.test]).flatten(1)
-    labels = torch.cat([data.train_labels, data.test_labels])
-    rows = torch.arange(result.model.n_classes)
-    return conditional_accuracy(images.cpu(), rows, reference.cpu(), labels.cpu()).line()
+    return of_class_grid(images, data).line()
 
 
 for command in GAP_COMMANDS:

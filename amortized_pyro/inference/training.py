@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 import pyro
 
-from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
+from amortized_pyro.errors import Diverged, Interrupted
 from amortized_pyro.inference.evaluation import evaluate
 from amortized_pyro.inference.static_step import StaticStep
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step
@@ -125,10 +125,6 @@ class SingleRun:
         self.models, self.guides, self.states = [model], [guide], [state]
         self.elbos = [make_elbo(schedule.particles, schedule.estimator)(model, guide)]
         self.label, self.after = guide.family, after_epoch
-        device = state.evaluation_rng.device
-        if schedule.graph and device.type != "cuda":
-            raise AmortizedPyroError("--graph captures the step in a CUDA graph: it needs a CUDA device, this run's "
-                                     "is %s" % device)
         self.step = StaticStep(self.elbos[0], state.optimizer, capture=True, fixed=(3,)) if schedule.graph else \
             partial(step, self.elbos[0], state.optimizer)  # the eager step, or its captured form (static_step.py)
 

@@ -79,3 +79,11 @@ def conditional_accuracy(grid, row_labels, reference, labels, k=NEIGHBOURS):
     own = nearest_labels(reference[held], reference, labels, k, exclude=held)
     return ConditionalAccuracy(right.mean().item(), per_class, grid.shape[1], classes,
                                (own == labels[held]).to(torch.float64).mean().item(), len(reference), k)
+
+
+def of_class_grid(grid, data, k=NEIGHBOURS):
+    """The :class:`ConditionalAccuracy` of a conditional model's grid [K, per_row, D] (row c drawn for class c)
+    against the labelled images of ``data`` (a :class:`~amortized_pyro.runs.data.Data`: training and held-out)."""
+    reference = torch.cat([data.train, data.test]).flatten(1)
+    labels = torch.cat([data.train_labels, data.test_labels])
+    return conditional_accuracy(grid, torch.arange(grid.shape[0]), reference, labels, k)

@@ -14,7 +14,7 @@ import torch
 
 import pyro
 
-from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings
 from amortized_pyro.inference.evaluation import MSE_KEYS, evaluate, mean_image_mse
 from amortized_pyro.inference.training import SingleRun, TrainingState, train
 from amortized_pyro.models.decoder import BayesianDecoderModel
@@ -90,9 +90,19 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     directory, which must not hold a run unless ``overwrite``; without ``out`` nothing is written.
     """
     config = replace(config or FitConfig(), **overrides).check()
-    device = resolve_device(config.device)
+    device = checked_device(config)
     data = prepare_data(config, data, log)
     return TrainingRun.new(config, data, device, out, "overwrite" if overwrite else "new").train_alone(progress, log)
+
+
+def checked_device(config):
+    """The device ``config`` runs on, refused in one line (before anything is read or written) where ``--graph``
+    has no CUDA device to capture on."""
+    device = resolve_device(config.device)
+    if config.graph and device.type != "cuda":
+        raise InvalidSettings("--graph captures the step in a CUDA graph: it needs a CUDA device, this run's is %s"
+                              % device, ["graph", "device"])
+    return device
 
 
 RESUMABLE_CHANGES = ("lr", "beta1", "beta2", "epochs", "stop_window", "stop_gain", "eval_every", "predictive_draws",
@@ -119,7 +129,7 @@ def resume(path, data=None, progress=True, log=print, **changes):
     if status == "finished":
         read_run(path)  # every file read before it is extended: a damaged one is refused, the run stays finished
     config = replace(FitConfig(**info["config"]), **changes).check()
-    device = resolve_device(config.device)
+    device = checked_device(config)
     data = run_data(path, info, config, data, log)
     return TrainingRun.resumed(path, info, config, data, device, changes, log).train_alone(progress, log)
 

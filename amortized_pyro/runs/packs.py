@@ -8,7 +8,7 @@ seeds share its ``--data-seed``) into DIR/seed{S+r}; ``fit --resume DIR`` resume
 from dataclasses import replace
 from pathlib import Path
 
-from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted
+from amortized_pyro.errors import AmortizedPyroError, Diverged, Interrupted, InvalidSettings
 from amortized_pyro.inference.replicas import Pack, Stream, check_pack
 from amortized_pyro.inference.training import train
 from amortized_pyro.runs.config import FitConfig
@@ -68,8 +68,8 @@ def fit_replicas(config, replicas, data=None, out=None, progress=True, log=print
     into ``out``/seed{seed} where given; their FitResults."""
     config = config.check()
     if config.graph:  # each replica draws from its own generator: each would need registering with the graph
-        raise AmortizedPyroError("--graph does not capture packs of replicas (their per-replica random streams): "
-                                 "run the seeds one by one with --graph, or the pack without it")
+        raise InvalidSettings("--graph does not capture packs of replicas (their per-replica random streams): "
+                              "run the seeds one by one with --graph, or the pack without it", ["graph"])
     data = prepare_data(config, data, log)
     configs = [replace(config, seed=config.seed + r) for r in range(replicas)]
     return fit_pack(configs, data, pack_dirs(out, configs) if out else None, progress, log, overwrite)
