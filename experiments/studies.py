@@ -136,6 +136,16 @@ STUDIES = {study.name: study for study in (
                      stdout="figures/cvae-accuracy/%s-%s.txt" % (run, name))
              for run in ("recipe", "base") for name, same in (("samples", ()), ("analogies", ("--same-z",)))],
           tuple("runs/cvae-accuracy/%s-seed%d/summary.json" % (v, s) for v in CVAE_ACCURACY_VARIANTS for s in SEEDS)),
+    Study("diagnose-study", "which per-image score ranks A-VI's amortization gaps, and what refining the worst share keeps",
+          "figures/diagnose", "runs/diagnose-study",
+          lambda ctx: [Copy(tuple("runs/diagnose-study/avi64-seed*/%s" % f for f in (
+                               "config.json", "metrics.jsonl", "summary.json", "gap-train.json", "gap-test.json",
+                               "diagnose.json", "diagnose_khat.png", "diagnose_ecdf.png")),
+                            "figures/diagnose/runs", by_run=True),  # each run's small files, as RUN-FILE
+                       Command(("python", "experiments/diagnose_study.py", "measure")
+                               + tuple("runs/diagnose-study/avi64-seed%d" % s for s in SEEDS)
+                               + ("--out", "figures/diagnose"))],
+          tuple("runs/diagnose-study/avi64-seed%d/diagnose.json" % s for s in SEEDS)),
     Study("cvae-gap", "the CVAE's gap against the VAE's, A-VI k = 64 and F-VI, paired per (seed, image)",
           "figures/cvae-gap", "runs/cvae-gap",
           lambda ctx: mirrored_gap_tables(cells_of("cvae-gap", CVAE_GAP_DESIGNS), "figures/cvae-gap", "--title",

@@ -25,7 +25,7 @@ TABLES = ["figures/architectures/gaps.md", "figures/remedies/gaps.md", "figures/
           "figures/informative/gaps/gaps.md", "figures/cvae-gap/gaps.md",
           "figures/held-out/held_out.md", "figures/plateau/plateau.md",
           "figures/beta/beta.md", "figures/converged/gaps.md", "figures/gap-vs-n/gaps.md",
-          "figures/cvae-accuracy/accuracy.md"] + [
+          "figures/cvae-accuracy/accuracy.md", "figures/diagnose/ranking.md", "figures/diagnose/partial.md"] + [
               "figures/%s/summary.md" % study for study in (
               "gap-vs-n/n1000", "gap-vs-n/n2500", "gap-vs-n/n8000", "offline", "offline-long", "seed-study-cpu",
               "seed-long-study-cpu", "original-study-cpu", "original-long-study-cpu", "informative", "informative-ablation/preset", "informative-ablation/obs1",

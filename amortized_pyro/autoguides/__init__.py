@@ -2,7 +2,8 @@
 q(z_n) over the local latent sites of a named plate, Pyro's AutoNormal or AutoDelta (or a module of one's own)
 over the global ones,
 the amortization gap of such a guide (:func:`measure_gap`), and how fresh encoders of growing capacity close
-it on the guide's frozen globals (:func:`capacity_sweep`).
+it on the guide's frozen globals (:func:`capacity_sweep`), whether it worked datapoint by datapoint (:func:`diagnose`:
+PSIS k̂ and calibration through the encoder), and its draws as ArviZ's InferenceData (:func:`to_inference_data`).
 
     guide = AutoAmortizedNormal(model)                  # the model's plate "data", a default MLP encoder
     svi = SVI(model, guide, pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO())
@@ -12,9 +13,12 @@ from amortized_pyro.autoguides.capacity import EncoderTraining, capacity_sweep, 
 from amortized_pyro.autoguides.families import (AUTOGUIDES, AutoAmortizedNormal, AutoIterativeAmortizedNormal,
                                                 AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal,
                                                 default_encoder)
+from amortized_pyro.autoguides.diagnose import diagnose, importance_diagnostics, local_sbc
 from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.autoguides.inference_data import to_inference_data
 from amortized_pyro.autoguides.local_joint import LocalJoint
 
 __all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "AutoIterativeAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
            "AutoSemiAmortizedNormal", "AutoSharedNormal", "EncoderTraining", "LocalJoint", "capacity_sweep",
-           "default_encoder", "measure_gap", "train_fresh_encoder"]
+           "default_encoder", "diagnose", "importance_diagnostics", "local_sbc", "measure_gap", "to_inference_data",
+           "train_fresh_encoder"]

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
+from amortized_pyro.local.partial import Rows, worst_rows
 from amortized_pyro.local.optimize import local_objective, noise_of, refine
 from amortized_pyro.support.batching import rows_of
 
@@ -144,18 +146,31 @@ class SemiAmortizedFactor(AmortizedFactor):
     encoder (``grad``) ``straight-through``: μ = μ_0 + stop_grad(μ_k − μ_0) (likewise log σ), as if the steps
     were the identity; or ``unrolled``: through every step, as Kim et al. do. θ is held fixed in both: q(θ)
     gets the gradient at the refined factor only. A training step costs about (1 + steps) decoder passes
-    straight-through, more unrolled (BENCHMARKS.md)."""
+    straight-through, more unrolled (BENCHMARKS.md).
 
-    def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through", optimizer="adam"):
+    ``share`` < 1 refines only the ⌈share · B⌉ datapoints of each batch with the highest ``score`` from
+    ``score_draws`` draws of the encoder's factor (:mod:`amortized_pyro.local.partial`); the others keep the
+    encoder's factor. With a log joint that reads the data (``rows_of_data``: the call's ``x`` rows, θ's
+    per-image terms) the steps then cost that share of the decoder passes; one that reads the model's own
+    arguments runs the model on the whole batch at each step."""
+
+    def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through", optimizer="adam", share=1.0,
+                 score="spread", score_draws=8):
         super().__init__(encoder)
         self.steps, self.lr, self.log_joint, self.grad, self.optimizer = steps, lr, log_joint, grad, optimizer
+        self.share, self.score, self.score_draws = share, score, score_draws
 
-    def forward(self, x, idx, theta=None, generator=None, log_joint=None, particles=1):
+    def forward(self, x, idx, theta=None, generator=None, log_joint=None, particles=1, rows_of_data=False):
         """(μ, σ) [B, size], or [particles, B, size] refined at each of θ's ``particles`` (vectorized
         particles: θ's values carry a leading dimension of that size)."""
         loc0, scale0 = self.encoder(x)
         if not self.steps or theta is None:
             return loc0, scale0
+        if self.share < 1:
+            if particles > 1:
+                raise GuideError("refining a share of the datapoints takes one particle (vectorized particles: %d)"
+                                 % particles)
+            return self._refine_worst(x, loc0, scale0, theta, generator, log_joint or self.log_joint, rows_of_data)
         if particles > 1:
             loc0, scale0 = loc0.expand((particles,) + loc0.shape), scale0.expand((particles,) + scale0.shape)
         detach = (lambda one: {k: v.detach() for k, v in one.items()})
@@ -163,9 +178,31 @@ class SemiAmortizedFactor(AmortizedFactor):
         unrolled = self.grad == "unrolled"
         loc, log_scale = refine(log_joint or self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1,
                                 generator, unrolled, optimizer=self.optimizer)
-        if unrolled:
+        return self._through(loc0, scale0, loc, log_scale)
+
+    def _through(self, loc0, scale0, loc, log_scale):
+        """The refined factor with the encoder's gradient as ``grad`` says."""
+        if self.grad == "unrolled":
             return loc, log_scale.exp()
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
+
+    def _refine_worst(self, x, loc0, scale0, theta, generator, log_joint, rows_of_data):
+        """``share``: the worst rows refined, the others the encoder's factor (class docstring)."""
+        detach = (lambda one: {k: v.detach() for k, v in one.items()})
+        theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
+        rows = worst_rows(log_joint, x, loc0.detach(), scale0.detach(), theta, self.share, self.score,
+                          self.score_draws, generator)
+        if rows_of_data:
+            joint = log_joint
+            theta = theta.images(rows) if isinstance(theta, Draws) else theta
+        else:
+            joint = Rows(log_joint, rows, loc0.detach())
+        loc, log_scale = refine(joint, x[rows], loc0[rows], scale0[rows].log(), theta, self.lr, self.steps, 1,
+                                generator, self.grad == "unrolled", optimizer=self.optimizer)
+        base_loc, base_log_scale = (loc0, scale0.log()) if self.grad == "unrolled" else \
+            (loc0.detach(), scale0.detach().log())
+        return self._through(loc0, scale0, base_loc.index_copy(-2, rows, loc),
+                             base_log_scale.index_copy(-2, rows, log_scale))
 
 
 GRADIENT_CUT = 10.0  # p of Andrychowicz et al.'s preprocessing: magnitudes below e^-p kept linear

@@ -24,6 +24,7 @@ from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
+from amortized_pyro.local.partial import SCORES
 from amortized_pyro.local.steppers import outside_the_trace
 from amortized_pyro.support.streams import outside_the_stream
 
@@ -239,27 +240,38 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
     :param str grad: ``"straight-through"`` or ``"unrolled"``.
     :param str optimizer: the steps' optimizer, ``"adam"`` or ``"sgd-momentum"`` (Kim et al.'s inner loop:
         momentum 0.5, each image's gradient clipped to norm 5; :class:`~amortized_pyro.local.steppers.ClippedMomentum`).
+    :param float share: refine only this share of each batch's datapoints, those with the highest ``score``
+        (1: every datapoint, SA-VI; the others keep the encoder's factor): :mod:`amortized_pyro.local.partial`.
+    :param str score: ``"spread"``, ``"khat"`` or ``"elbo"`` (:data:`~amortized_pyro.local.partial.SCORES`).
+    :param int score_draws: z draws per datapoint for the score.
 
     The other parameters are :class:`_OnTheLocalElbo`'s (``local_log_joint``) and :class:`AutoAmortizedNormal`'s.
     """
 
     family = "semi-amortized"
 
-    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", **kwargs):
+    def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", share=1.0,
+                 score="spread", score_draws=8, **kwargs):
         super().__init__(model, **kwargs)
         if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
             raise GuideError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
                                      "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
                                                      lr, grad, optimizer))
+        if not 0 < share <= 1 or score not in SCORES or score_draws < 2:
+            raise GuideError("a refined share needs 0 < share <= 1, score in %s and score_draws >= 2; got %r, %r, %r"
+                             % (", ".join(SCORES), share, score, score_draws))
         self.steps, self.lr, self.grad, self.optimizer = steps, lr, grad, optimizer
+        self.share, self.score, self.score_draws = share, score, score_draws
 
     def _setup_local(self, indices, args, kwargs, device):
         encoder = self._encoder(self.encoder_data(indices, args, kwargs), device)
-        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad, optimizer=self.optimizer)
+        self.q_z = SemiAmortizedFactor(encoder, self.steps, self.lr, grad=self.grad, optimizer=self.optimizer,
+                                       share=self.share, score=self.score, score_draws=self.score_draws)
 
     def local_factor(self, indices, args, kwargs, theta):
-        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator,
-                        self._joint(indices, args, kwargs, theta), self.particles(theta))
+        joint = self._joint(indices, args, kwargs, theta)
+        return self.q_z(self.encoder_data(indices, args, kwargs), indices, theta, self.refine_generator, joint,
+                        self.particles(theta), rows_of_data=joint is self.local_log_joint)
 
     def on_the_local_elbo(self, indices, args, kwargs, theta):
         return (*self.local_factor(indices, args, kwargs, theta), None)

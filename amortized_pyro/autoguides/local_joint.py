@@ -80,11 +80,16 @@ class LocalJoint:
     :param bool stacked: the global values come as the gap's stacked draws (see :meth:`_with_draws`).
     :param str draws: how the leading draws of u reach the model (module docstring): ``"auto"``, ``"stacked"``
         or ``"one-at-a-time"``.
+    :param bool observed: the log-likelihood alone, log p(x_n | z_n, θ) (the observed sites; no prior term,
+        no Jacobian): the per-datapoint log-likelihood that PSIS-LOO reads (:mod:`.inference_data`).
     """
 
-    def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto"):
+    def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto",
+                 observed=False):
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
         self.indices, self.stacked, self.draws = indices, stacked, check_draws(draws)
+        self.observed = observed
+        self.latent_names = {site.name for site in structure.locals} | set(structure.globals)
         self.stray_rows = None  # observed site → the datapoint each observation depends on (-1: none), per call
 
     def __call__(self, x, u, theta):
@@ -125,7 +130,8 @@ class LocalJoint:
         """One model call: u [draws, B, size] stacked left of the plates, or [B, size] (``draws`` None) plain;
         ``globals_`` the global values as the call takes them. Returns [draws or 1, B]."""
         trace, log_det = self._trace(u, globals_, draws)
-        return log_det + self._per_datapoint(trace, 1 if draws is None else draws, u.shape[-2])
+        return (0.0 if self.observed else log_det) + self._per_datapoint(trace, 1 if draws is None else draws,
+                                                                          u.shape[-2])
 
     def _stray_rows(self, batch, theta):
         """observed site outside the plate → LongTensor [M]: the datapoint (row of the call's B) each of its M
@@ -225,6 +231,8 @@ class LocalJoint:
         nesting = structure.max_plate_nesting + 1
         for site in trace.nodes.values():
             if site["type"] != "sample" or site_is_subsample(site):
+                continue
+            if self.observed and site["name"] in self.latent_names:  # conditioned here, latent in the model
                 continue
             if structure.plate not in [frame.name for frame in site["cond_indep_stack"]]:
                 continue

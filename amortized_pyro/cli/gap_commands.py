@@ -201,4 +201,51 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
     click.echo("wrote held_out.jsonl, references.jsonl, held_out.md and the figures into %s" % out)
 
 
-GAP_COMMANDS = (gap_command, gap_report_command, capacity_command, held_out_command)
+@click.command("diagnose")
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@n_images_option(20, "N training and N test images, drawn by the gap seed (--seed plus the run's training seed: "
+                     "the images `gap` measures with the same seed).")
+@click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=20),
+              help="z draws per image and θ draw for k̂.")
+@click.option("--theta-draws", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Draws of θ ~ q(θ); each image's k̂ is the mean over them.")
+@click.option("--refine-steps", default="", callback=step_counts,
+              help="Comma-separated step counts, e.g. 5,20: k̂ also of the factor after that many Adam steps.")
+@click.option("--simulations", default=200, show_default=True, type=click.IntRange(min=0),
+              help="Images simulated from the fitted model for the calibration check (0: none).")
+@click.option("--sbc-draws", default=99, show_default=True, type=click.IntRange(min=1),
+              help="Draws of q(z|x) each simulated image's true z is ranked among.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Seeds the images and every draw (plus the run's training seed).")
+@device_option
+@click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,
+              help="Folder for diagnose.json, diagnose_khat.png and diagnose_ecdf.png (default: RUN_DIR).")
+@overwrite_option
+@threads_option
+@friendly_errors
+def diagnose_command(run_dir, n_images, samples, theta_draws, refine_steps, simulations, sbc_draws, seed, device,
+                     out_dir, overwrite):
+    """Per-image diagnostics of a finished run: the Pareto k̂ of the guide's importance weights (and of refined
+    factors), and calibration through the encoder on images the fitted model simulates (ranks of the true z
+    among draws of q(z|x), a uniformity test, ECDF plot)."""
+    from amortized_pyro.gap.diagnose import diagnose_run
+    from amortized_pyro.report.diagnostics import ecdf_figure, format_diagnosis, khat_figure
+
+    out = Path(out_dir) if out_dir else Path(run_dir)
+    path = out / "diagnose.json"
+    if path.exists() and not overwrite:
+        raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another folder" % path)
+    check_finished(run_dir)  # both before the minutes of measuring
+    out.mkdir(parents=True, exist_ok=True)
+    check_writable(path)
+    report = diagnose_run(run_dir, n_images, seed, samples, theta_draws, simulations, sbc_draws, refine_steps,
+                          device=device, log=stderr_log)
+    write_report(path, report)
+    khat_figure(report, out / "diagnose_khat.png")
+    if report["calibration"] is not None and report["calibration"]["p_value"] is not None:
+        ecdf_figure(report["calibration"], out / "diagnose_ecdf.png")
+    click.echo(format_diagnosis(report))
+    click.echo("wrote %s and its figures" % path)
+
+
+GAP_COMMANDS = (gap_command, gap_report_command, capacity_command, held_out_command, diagnose_command)

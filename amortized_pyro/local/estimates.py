@@ -55,27 +55,41 @@ def draw_rows(t, start, stop):
     return t if t.dim() == 2 else t[start:stop]
 
 
-@torch.no_grad()
-def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUNK, flow=None):
-    """For every draw θ_m of ``draws`` and image, over ``samples`` z ~ q from θ_m's generator: the mean of the
-    log weights (``reduce="mean"``: L_n(q; θ_m)) or their log-mean-exp (``"logmeanexp"``: the
-    importance-weighted bound on log p(x_n | θ_m)). Returns [M, n]. The factor is [n, size] or [M, n, size],
-    followed by ``flow``'s transforms where given (:class:`~amortized_pyro.local.flows.RowFlow`)."""
+def _weight_pieces(log_joint, x, loc, scale, draws, samples, chunk, flow):
+    """For each span of draws θ_m that fits the chunk: its log weights over ``samples`` z ~ q from each θ_m's own
+    generator (the same whatever the chunk), as a list of pieces [m, s, n] along the z draws."""
     n, size = loc.shape[-2:]
-    out = []
     for start, stop in draws.chunks(samples * n, chunk):
         part = draws.part(start, stop)
         eps = part.normal(part.generators(), (samples, n, size), loc.dtype)  # each draw's, whatever the chunk
         f_loc, f_scale = draw_rows(loc, start, stop), draw_rows(scale, start, stop)
         step = max(1, chunk // ((stop - start) * n))
         joint = pulled(log_joint, flow, start, stop)
-        pieces = [draw_log_weights(joint, x, f_loc, f_scale, part.values, eps[:, s:s + step])
-                  for s in range(0, samples, step)]
+        yield [draw_log_weights(joint, x, f_loc, f_scale, part.values, eps[:, s:s + step])
+               for s in range(0, samples, step)]
+
+
+@torch.no_grad()
+def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUNK, flow=None):
+    """For every draw θ_m of ``draws`` and image, over ``samples`` z ~ q from θ_m's generator: the mean of the
+    log weights (``reduce="mean"``: L_n(q; θ_m)) or their log-mean-exp (``"logmeanexp"``: the
+    importance-weighted bound on log p(x_n | θ_m)). Returns [M, n]. The factor is [n, size] or [M, n, size],
+    followed by ``flow``'s transforms where given (:class:`~amortized_pyro.local.flows.RowFlow`)."""
+    out = []
+    for pieces in _weight_pieces(log_joint, x, loc, scale, draws, samples, chunk, flow):
         if reduce == "mean":
             out.append(sum(w.sum(1) for w in pieces) / samples)
         else:
             out.append(torch.logsumexp(torch.stack([w.logsumexp(1) for w in pieces]), 0) - math.log(samples))
     return torch.cat(out)
+
+
+@torch.no_grad()
+def all_log_weights(log_joint, x, loc, scale, draws, samples, chunk=CHUNK):
+    """Every log weight log p(x_n, z | θ_m) − log q(z) of :func:`per_draw`'s draws, kept: [M, S, n] (the
+    per-datapoint diagnostics' input: :mod:`amortized_pyro.local.diagnostics`)."""
+    return torch.cat([torch.cat(pieces, 1) for pieces in _weight_pieces(log_joint, x, loc, scale, draws, samples,
+                                                                       chunk, None)])
 
 
 def local_elbo(log_joint, x, loc, scale, draws, samples, chunk=CHUNK, flow=None):

@@ -51,10 +51,10 @@ ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
 
 def label(family, width=None, refine_steps=None, refine_grad="straight-through", refine_optimizer="adam",
-          iterations=None):
+          iterations=None, refine_share=1.0):
     """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
     refinement steps, where given; `` unrolled`` where the gradient goes through them, `` momentum`` where Kim
-    et al.'s SGD with momentum takes them), ``IA-VI k=64 T=5`` (T: its iterations, where given), ``F-VI``,
+    et al.'s SGD with momentum takes them, `` worst 25%`` where only that share of each batch is refined), ``IA-VI k=64 T=5`` (T: its iterations, where given), ``F-VI``,
     ``constant-VI``."""
     f = FAMILIES[family]
     if not f.encoder:
@@ -63,6 +63,7 @@ def label(family, width=None, refine_steps=None, refine_grad="straight-through",
     if family == "semi-amortized" and refine_steps is not None:
         name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
         name += " momentum" if refine_optimizer == "sgd-momentum" else ""
+        name += " worst %g%%" % (100 * refine_share) if refine_share < 1 else ""
     if family == "iterative" and iterations is not None:
         name += " T=%d" % iterations
     return name
@@ -72,7 +73,7 @@ def config_label(config):
     """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
     point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
     name = label(config.guide, config.width, config.refine_steps, config.refine_grad, config.refine_optimizer,
-                 config.iterations)
+                 config.iterations, config.refine_share)
     if config.decoder == "conv" or config.encoder == "conv":
         name += ", conv %s" % ("decoder and encoder" if config.decoder == config.encoder else
                                "decoder" if config.decoder == "conv" else "encoder")
@@ -214,12 +215,13 @@ class ImagesOnly(nn.Module):
 def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder_layers=2, qz_init="prior", seed=0,
                refine_steps=0, refine_lr=1e-2, encoder_slope=LEAKY_SLOPE, objective="elbo",
                refine_grad="straight-through", encoder="mlp", refine_optimizer="adam", iterations=5, flow=0,
-               encoder_label=True):
+               encoder_label=True, refine_share=1.0, refine_score="spread"):
     """The guide builder of ``family`` ∈ GUIDES on the package's ``model`` (a
     :class:`~amortized_pyro.models.decoder.BayesianDecoderModel`), set up on the CPU (move it with ``.to(device)``):
     ``init_scale`` is q(θ)'s initial s, ``width``, ``encoder_layers`` and ``encoder_slope`` the encoder's
     (A-VI, SA-VI), ``qz_init`` and ``seed`` the free factors' start (F-VI, constant-VI), ``refine_steps``,
-    ``refine_lr`` and ``refine_grad`` SA-VI's refinement (with the model's hand-written local log joint),
+    ``refine_lr``, ``refine_grad``, ``refine_share`` and ``refine_score`` SA-VI's refinement (with the model's
+    hand-written local log joint),
     ``iterations`` the iterative guide's T (its update network as wide and deep as the encoder), ``flow`` K
     flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
     ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
@@ -247,7 +249,7 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides
         options.update(steps=refine_steps, lr=refine_lr, grad=refine_grad, local_log_joint=model.local_log_joint,
-                       optimizer=refine_optimizer)
+                       optimizer=refine_optimizer, share=refine_share, score=refine_score)
     if family == "iterative":
         options.update(iterations=iterations, local_log_joint=model.local_log_joint)
     if flow:

@@ -21,6 +21,7 @@ from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
+from amortized_pyro.local.partial import SCORES
 from amortized_pyro.models.conditional import CLASS_PRIORS, DECODER_LABELS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
@@ -39,7 +40,8 @@ FREE_GUIDES = tuple(g for g in GUIDES if g not in ENCODER_GUIDES)  # per-datapoi
 # another guide, such an option would do nothing and still be recorded, so the command line refuses it
 GUIDE_SETTINGS = {**dict.fromkeys(("width", "encoder", "encoder_layers", "encoder_slope", "encoder_label"),
                                   ENCODER_GUIDES),
-                  **dict.fromkeys(("refine_steps", "refine_lr", "refine_grad", "refine_optimizer"),
+                  **dict.fromkeys(("refine_steps", "refine_lr", "refine_grad", "refine_optimizer", "refine_share",
+                                   "refine_score"),
                                   ("semi-amortized",)),
                   "iterations": ("iterative",), "qz_init": FREE_GUIDES,
                   "flow": tuple(g for g in GUIDES if g not in ("semi-amortized", "iterative"))}
@@ -96,6 +98,12 @@ class FitConfig(Checked):
                                     "2018's inner loop: momentum 0.5, each image's gradient clipped to norm 5; "
                                     "its learning rate --refine-lr, chosen by bench/archive/refine_sweep.py).",
                                     choices=REFINE_OPTIMIZERS)
+    refine_share: float = setting(1.0, "SA-VI: refine only this share of each minibatch's images, those with the "
+                                  "highest --refine-score (1: all; the others keep the encoder's factor).", low=0,
+                                  high=1, open_low=True)
+    refine_score: str = setting("spread", "SA-VI with --refine-share below 1: which images count as worst: spread "
+                                "(of 8 log importance weights), khat (their Pareto k̂) or elbo (the lowest local "
+                                "ELBO).", choices=SCORES)
     flow: int = setting(0, "Normalizing-flow transforms K after q(z_n)'s Gaussian factor (masked autoregressive, "
                        "through Zuko; conditioned on the encoder's features for A-VI, unconditional for F-VI and "
                        "constant-VI; they start as the identity); 0: Gaussian.", low=0)

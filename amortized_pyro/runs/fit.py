@@ -40,7 +40,8 @@ def build(config, n_obs, x_dim, device, image_shape=None, n_classes=None):
                        refine_steps=config.refine_steps, refine_lr=config.refine_lr, encoder_slope=config.encoder_slope,
                        objective=config.objective, refine_grad=config.refine_grad, encoder=config.encoder,
                        refine_optimizer=config.refine_optimizer, iterations=config.iterations, flow=config.flow,
-                       encoder_label=config.encoder_label)
+                       encoder_label=config.encoder_label, refine_share=config.refine_share,
+                       refine_score=config.refine_score)
     return model.to(device), guide.to(device)
 
 
