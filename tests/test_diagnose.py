@@ -16,7 +16,7 @@ from pyro.infer import SVI, Trace_ELBO
 from amortized_pyro.autoguides import AutoAmortizedNormal, AutoSharedNormal
 from amortized_pyro.autoguides.diagnose import diagnose, importance_diagnostics, local_sbc
 from amortized_pyro.errors import GuideError
-from amortized_pyro.local.diagnostics import pareto_khat, rank_bins, ranks, uniformity
+from amortized_pyro.local.diagnostics import grade, pareto_khat, rank_bins, ranks, uniformity
 from toy_models import VAE, LinearGaussian, WithGlobals
 
 ALPHA = 0.01  # the calibration test's level: an exact guide is flagged with probability at most 1 % per seed
@@ -201,3 +201,9 @@ def test_each_datapoint_gets_its_own_khat():
         guide.q_z.log_scale.copy_((model.precision().diagonal().rsqrt() * narrow).log())
     khat = np.asarray(importance_diagnostics(model.model, guide, model.x, samples=500)["guide"]["khat"])
     assert khat[:10].max() < 0.5 < 0.7 < khat[10:].min()
+
+
+def test_grades_take_the_sample_size_threshold():
+    assert grade([0.3, 0.6, 0.8, -np.inf]) == ["good", "usable", "unreliable", "good"]
+    assert grade([0.6], samples=100) == ["unreliable"]  # 1 − 1/log10(100) = 0.5: nothing is usable at S = 100
+    assert grade([0.6], samples=10000) == ["usable"]

@@ -57,6 +57,10 @@ def test_fit_refines_the_worst_share(tmp_path):
     guide = finished_run(tmp_path / "sa", log=lambda line: None)[0].guide
     assert (guide.share, guide.score, guide.q_z.share, guide.q_z.score) == (0.5, "khat", 0.5, "khat")
     assert config_label(FitConfig(guide="semi-amortized", width=4, refine_steps=2, refine_share=0.5)) == \
-        "SA-VI k=4 r=2 worst 50%"
+        "SA-VI k=4 r=2 worst 50% by spread"
     refused = run(*common, "--guide", "amortized", "--refine-share", "0.5", "--out", str(tmp_path / "a"))
     assert refused.exit_code == 2 and "refine-share" in refused.output
+    for settings in (("--refine-share", "0.5", "--refine-steps", "0"), ("--refine-score", "khat")):  # would do nothing
+        refused = run(*common, "--guide", "semi-amortized", *settings, "--out", str(tmp_path / "b"))
+        assert refused.exit_code == 2 and "--refine-share below 1" in refused.output, refused.output
+        assert len(refused.output.strip().splitlines()) == 1

@@ -75,3 +75,13 @@ def test_globals_and_the_netcdf_round_trip(tmp_path):
         warnings.simplefilter("ignore")  # ArviZ warns of high Pareto k, as it should for these draws
         loo = az.loo(back, pointwise=True)
     assert loo["n_data_points"] == 20 and np.isfinite(loo["elpd_loo"])
+
+
+def test_the_package_models_run_exports_its_own_sites(tmp_path):
+    from amortized_pyro.runs.fit import finished_run
+    from conftest import tiny_finished_run
+    result, data = finished_run(tiny_finished_run(tmp_path / "run"), log=lambda line: None)
+    exported = to_inference_data(result.model, result.guide, data.train[:10], torch.arange(10), num_samples=20)
+    assert set(exported.posterior.data_vars) == set(result.guide.structure.globals) | {"z"}
+    assert exported.posterior["z"].shape == (1, 20, 10, 3)
+    assert np.isfinite(exported.log_likelihood["x"].values).all()

@@ -32,17 +32,24 @@ def by_hand(model):
     return log_joint
 
 
+def by_hand_guide(n, steps):
+    """A linear-Gaussian model of ``n`` datapoints and an SA-VI guide refining its worst quarter on the hand-written
+    log joint, called once."""
+    model = orthogonal_model(n=n)
+    pyro.set_rng_seed(0)
+    guide = AutoSemiAmortizedNormal(model.model, steps=steps, lr=0.05, share=SHARE, width=8,
+                                    local_log_joint=by_hand(model))
+    guide(model.x)
+    return model, guide
+
+
 def factors(guide, x, seed=0):
     with torch.no_grad(), guide.refinement_draws(torch.Generator().manual_seed(seed)):
         return guide.local_factor(torch.arange(len(x)), (x,), {}, {})
 
 
 def test_the_worst_rows_are_refined_and_the_rest_keep_the_encoders_factor():
-    model = orthogonal_model(n=40)
-    pyro.set_rng_seed(0)
-    guide = AutoSemiAmortizedNormal(model.model, steps=10, lr=0.05, share=SHARE, width=8,
-                                    local_log_joint=by_hand(model))
-    guide(model.x)
+    model, guide = by_hand_guide(40, 10)
     loc, scale = factors(guide, model.x)
     with torch.no_grad():
         loc0, scale0 = guide.q_z.encoder(model.x)
@@ -71,7 +78,8 @@ def test_rows_of_the_data_and_the_whole_batch_agree():
         base = torch.zeros(40, 3)
         full = base.expand(3, 40, 3).clone()
         full[:, rows] = z[:, rows]
-        assert torch.allclose(Rows(by_hand(model), rows, base)(model.x, z[:, rows], {}), by_hand(model)(model.x, full, {})[:, rows])
+        assert torch.allclose(Rows(by_hand(model), rows, base, model.x)(model.x[rows], z[:, rows], {}),
+                              by_hand(model)(model.x, full, {})[:, rows])
 
 
 def test_training_with_a_share_and_its_refusals():
@@ -89,3 +97,47 @@ def test_training_with_a_share_and_its_refusals():
                      pyro.optim.Adam({"lr": 0.02}), Trace_ELBO(num_particles=2, vectorize_particles=True))
     with pytest.raises(GuideError, match="one particle"):
         vectorized.step(model.x)
+
+
+def test_every_row_passes_the_encoders_gradient_straight_through():
+    model, guide = by_hand_guide(20, 5)
+    head = guide.q_z.encoder.loc.bias
+    with guide.refinement_draws(torch.Generator().manual_seed(0)):
+        loc, _ = guide.local_factor(torch.arange(20), (model.x,), {}, {})
+    # d Σ μ_n / d(the loc head's bias) = 20 per coordinate, refined rows or not, as for A-VI
+    assert torch.allclose(torch.autograd.grad(loc.sum(), head)[0], torch.full((3,), 20.0))
+    guide.q_z.grad = "unrolled"  # through the steps: the rows not refined still pass it as the identity
+    with guide.refinement_draws(torch.Generator().manual_seed(0)):
+        loc, _ = guide.local_factor(torch.arange(20), (model.x,), {}, {})
+    kept = (loc == guide.q_z.encoder(model.x)[0]).all(-1)
+    assert kept.sum() == 15 and torch.allclose(torch.autograd.grad(loc[kept].sum(), head)[0], torch.full((3,), 15.0))
+
+
+def test_the_khat_score_ranks_by_arvizs_fit():
+    model = orthogonal_model(n=40)
+    loc = model.posterior_mean(model.x)
+    scale = torch.cat([torch.full((20, 3), 0.3), torch.full((20, 3), 1.0)]) * model.precision().diagonal().rsqrt()
+    rows = worst_rows(by_hand(model), model.x, loc, scale, {}, 0.5, "khat", 100, torch.Generator().manual_seed(0))
+    assert torch.equal(rows, torch.arange(20))  # the narrow half, each k̂ finite and high
+    with pytest.raises(GuideError, match="khat: 25"):
+        AutoSemiAmortizedNormal(model.model, share=0.5, score="khat", score_draws=8)
+
+
+def test_the_package_models_rows_of_data_agree_with_its_whole_batch(tmp_path):
+    from amortized_pyro.autoguides.gap import guide_factor, theta_draws
+    from amortized_pyro.local.gaps import GapSettings
+    from amortized_pyro.models.guides import make_guide
+    from amortized_pyro.models.local_posterior import ModelPosterior
+    from amortized_pyro.runs.fit import finished_run
+    from conftest import tiny_finished_run
+    result, data = finished_run(tiny_finished_run(tmp_path / "run"), log=lambda line: None)
+    x, idx = data.train[:12], torch.arange(12)
+    own, whole = (make_guide("semi-amortized", result.model, width=4, refine_steps=3, refine_share=0.5)
+                  for _ in range(2))
+    for guide in (own, whole):
+        guide.load_state_dict(result.guide.state_dict())
+    whole.local_log_joint = lambda *a: result.model.local_log_joint(*a)  # not the model's: run on the whole batch
+    posterior = ModelPosterior(result.model, own, x, idx)  # θ draws with per-image terms: taken per row
+    fit, _ = theta_draws(posterior, own, GapSettings(theta_draws=3), selection=False)
+    for a, b in zip(guide_factor(posterior, own, fit.at("guide")), guide_factor(posterior, whole, fit.at("guide"))):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -32,7 +32,7 @@ from pyro import poutine
 from amortized_pyro.autoguides.gap import REFINE_SEED, guide_factor, local_posterior
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
 from amortized_pyro.errors import GuideError
-from amortized_pyro.local.diagnostics import grade, pareto_khat, ranks, sample_threshold, uniformity
+from amortized_pyro.local.diagnostics import grade, pareto_khat, ranks, uniformity, usable_below
 from amortized_pyro.local.estimates import CHUNK, all_log_weights
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import refine
@@ -40,7 +40,7 @@ from amortized_pyro.local.optimize import refine
 REFINE_DRAWS = 8  # z draws per refinement step: the gap's step_samples
 
 
-def ready(guide, args, kwargs, what):
+def built_guide(guide, args, kwargs, what):
     if not hasattr(guide, "structure"):
         raise GuideError("%s takes a guide builder of amortized_pyro.autoguides, not %s" % (what, type(guide).__name__))
     if guide.structure is None:  # a builder not called yet: read the model now
@@ -62,7 +62,8 @@ def weight_summary(log_weights):
     return {"khat": mean_khat.tolist(), "khat_per_draw": khat.tolist(),
             "spread": log_weights.std(1).mean(0).tolist(),
             "spread_8": log_weights[:, :CHEAP_DRAWS].std(1).mean(0).tolist(), "elbo": log_weights.mean(1).mean(0).tolist(),
-            "iwae": (log_weights.logsumexp(1) - math.log(samples)).mean(0).tolist(), "grade": grade(mean_khat)}
+            "iwae": (log_weights.logsumexp(1) - math.log(samples)).mean(0).tolist(),
+            "grade": grade(mean_khat, samples)}
 
 
 @torch.no_grad()
@@ -85,9 +86,10 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     :param bool seen: whether the guide was trained on these datapoints (a per-datapoint guide has no factor
         for others).
     :returns: {"guide": summary, name: summary for each factor, "samples", "theta_draws", "theta", "threshold"
-        (Vehtari et al.'s k̂ threshold for S draws), "size" (the local dimension)}.
+        (k̂ is unreliable above it: 0.7, or Vehtari et al.'s lower threshold for S draws), "size" (the local
+        dimension)}.
     """
-    ready(guide, args, kwargs, "importance_diagnostics")
+    built_guide(guide, args, kwargs, "importance_diagnostics")
     guide.check_gaussian("PSIS k̂")
     settings = GapSettings(theta_draws=theta_draws, score_draws=1, theta=theta, seed=seed).check()
     posterior = local_posterior(model, guide, args, kwargs, seen, draws)
@@ -103,7 +105,7 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
                                 refine_lr, k, REFINE_DRAWS, chunk=chunk)
         factors["refined-%d" % k] = (loc, log_scale.exp())
     result = {"samples": samples, "theta_draws": len(fit), "theta": theta, "size": posterior.size,
-              "threshold": sample_threshold(samples)}
+              "threshold": usable_below(samples)[1]}
     for name, (loc, scale) in {"guide": factor, **factors}.items():
         result[name] = weight_summary(all_log_weights(posterior.log_joint, posterior.x, loc, scale, scored, samples,
                                                       chunk))
@@ -159,8 +161,8 @@ def default_with_data(simulated, indices, full_size, args, kwargs):
 @torch.no_grad()
 def local_sbc(model, guide, *args, simulations=200, draws=99, seed=0, with_data=None, **kwargs):
     """Calibration through the encoder (module docstring): ``simulations`` datapoints simulated from the fitted
-    model in rounds of the call's batch (each round one θ ~ q(θ), the model's own p(z) and p(x | z, θ) through
-    ``poutine.uncondition``), the guide's factor on each simulated batch (its flow's draws through the flow), and
+    model in rounds of the call's batch (each round one θ ~ q(θ), so a call of fewer datapoints tests q at more θ
+    draws; the model's own p(z) and p(x | z, θ) through ``poutine.uncondition``), the guide's factor on each simulated batch (its flow's draws through the flow), and
     the rank of every true local coordinate among ``draws`` draws of q(z_n | x_n).
 
     :param int simulations: N, simulated datapoints (rounded up to whole batches, then cut).
@@ -171,7 +173,7 @@ def local_sbc(model, guide, *args, simulations=200, draws=99, seed=0, with_data=
     :returns: {"ranks" [N][size], "draws", "simulations", "bins", "p_values" per coordinate, "p_value" (their
         Bonferroni combination), "size"}.
     """
-    ready(guide, args, kwargs, "local_sbc")
+    built_guide(guide, args, kwargs, "local_sbc")
     if not guide.can_infer_unseen:
         raise GuideError("local SBC runs the guide on simulated data: a per-datapoint guide has no factor for it")
     structure = guide.structure
@@ -221,11 +223,12 @@ def diagnose(model, guide, *args, samples=1000, theta_draws=4, theta="sample", s
 
 def reading(importance):
     """What k̂'s usual thresholds say for these results, in one sentence."""
-    khat = np.asarray(importance["guide"]["khat"])
-    share = float(np.mean(khat > 0.7))
+    khat, limit = np.asarray(importance["guide"]["khat"]), importance["threshold"]
+    share = float(np.mean(khat > limit))
     if share == 1.0 and importance["size"] >= 10:
-        return ("k̂ > 0.7 for every datapoint with %d local dimensions: the thresholds grade nothing here (the log "
-                "weights of a high-dimensional factor are heavy-tailed wherever q misses the posterior's scale a "
-                "little); read k̂ as a ranking of the datapoints, worst first" % importance["size"])
-    return ("%.0f %% of the datapoints have k̂ > 0.7 (importance sampling from q unreliable there), %.0f %% below "
-            "0.5 (good)" % (100 * share, 100 * float(np.mean(khat < 0.5))))
+        return ("k̂ > %.2f for every datapoint, with %d local dimensions: importance sampling from q is unreliable "
+                "for all of them, and the thresholds single none out (the log weights of a high-dimensional factor "
+                "sum many terms, and are heavy-tailed wherever q misses the posterior); read k̂ as a ranking of the "
+                "datapoints, worst first" % (limit, importance["size"]))
+    return ("%.0f %% of the datapoints have k̂ > %.2f (importance sampling from q unreliable there), %.0f %% below "
+            "0.5 (good)" % (100 * share, limit, 100 * float(np.mean(khat < 0.5))))

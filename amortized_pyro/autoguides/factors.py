@@ -16,7 +16,7 @@ from torch.func import functional_call, vmap
 
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
-from amortized_pyro.local.partial import Rows, worst_rows
+from amortized_pyro.local.partial import refine_worst
 from amortized_pyro.local.optimize import local_objective, noise_of, refine
 from amortized_pyro.support.batching import rows_of
 
@@ -152,7 +152,8 @@ class SemiAmortizedFactor(AmortizedFactor):
     ``score_draws`` draws of the encoder's factor (:mod:`amortized_pyro.local.partial`); the others keep the
     encoder's factor. With a log joint that reads the data (``rows_of_data``: the call's ``x`` rows, θ's
     per-image terms) the steps then cost that share of the decoder passes; one that reads the model's own
-    arguments runs the model on the whole batch at each step."""
+    arguments runs the model on the whole batch at each step. The encoder's gradient passes every row as ``grad``
+    says (straight-through: an unrefined row's as A-VI's)."""
 
     def __init__(self, encoder, steps, lr, log_joint=None, grad="straight-through", optimizer="adam", share=1.0,
                  score="spread", score_draws=8):
@@ -170,7 +171,15 @@ class SemiAmortizedFactor(AmortizedFactor):
             if particles > 1:
                 raise GuideError("refining a share of the datapoints takes one particle (vectorized particles: %d)"
                                  % particles)
-            return self._refine_worst(x, loc0, scale0, theta, generator, log_joint or self.log_joint, rows_of_data)
+            detach = (lambda one: {k: v.detach() for k, v in one.items()})
+            theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
+            unrolled = self.grad == "unrolled"
+            loc, log_scale = refine_worst(
+                log_joint or self.log_joint, x, loc0, scale0, theta, self.share, self.score, self.score_draws,
+                generator, lambda joint, x_rows, loc, log_scale, theta_rows: refine(
+                    joint, x_rows, loc, log_scale, theta_rows, self.lr, self.steps, 1, generator, unrolled,
+                    optimizer=self.optimizer), rows_of_data)
+            return self._through(loc0, scale0, loc, log_scale)
         if particles > 1:
             loc0, scale0 = loc0.expand((particles,) + loc0.shape), scale0.expand((particles,) + scale0.shape)
         detach = (lambda one: {k: v.detach() for k, v in one.items()})
@@ -185,24 +194,6 @@ class SemiAmortizedFactor(AmortizedFactor):
         if self.grad == "unrolled":
             return loc, log_scale.exp()
         return loc0 + (loc - loc0).detach(), scale0 * (log_scale.exp() / scale0).detach()
-
-    def _refine_worst(self, x, loc0, scale0, theta, generator, log_joint, rows_of_data):
-        """``share``: the worst rows refined, the others the encoder's factor (class docstring)."""
-        detach = (lambda one: {k: v.detach() for k, v in one.items()})
-        theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
-        rows = worst_rows(log_joint, x, loc0.detach(), scale0.detach(), theta, self.share, self.score,
-                          self.score_draws, generator)
-        if rows_of_data:
-            joint = log_joint
-            theta = theta.images(rows) if isinstance(theta, Draws) else theta
-        else:
-            joint = Rows(log_joint, rows, loc0.detach())
-        loc, log_scale = refine(joint, x[rows], loc0[rows], scale0[rows].log(), theta, self.lr, self.steps, 1,
-                                generator, self.grad == "unrolled", optimizer=self.optimizer)
-        base_loc, base_log_scale = (loc0, scale0.log()) if self.grad == "unrolled" else \
-            (loc0.detach(), scale0.detach().log())
-        return self._through(loc0, scale0, base_loc.index_copy(-2, rows, loc),
-                             base_log_scale.index_copy(-2, rows, log_scale))
 
 
 GRADIENT_CUT = 10.0  # p of Andrychowicz et al.'s preprocessing: magnitudes below e^-p kept linear

@@ -24,7 +24,7 @@ from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
-from amortized_pyro.local.partial import SCORES
+from amortized_pyro.local.partial import DEFAULT_DRAWS, check_score
 from amortized_pyro.local.steppers import outside_the_trace
 from amortized_pyro.support.streams import outside_the_stream
 
@@ -243,7 +243,8 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
     :param float share: refine only this share of each batch's datapoints, those with the highest ``score``
         (1: every datapoint, SA-VI; the others keep the encoder's factor): :mod:`amortized_pyro.local.partial`.
     :param str score: ``"spread"``, ``"khat"`` or ``"elbo"`` (:data:`~amortized_pyro.local.partial.SCORES`).
-    :param int score_draws: z draws per datapoint for the score.
+    :param int score_draws: z draws per datapoint (and θ draw) for the score (default
+        :data:`~amortized_pyro.local.partial.DEFAULT_DRAWS`: 8, khat 100; khat takes at least 25).
 
     The other parameters are :class:`_OnTheLocalElbo`'s (``local_log_joint``) and :class:`AutoAmortizedNormal`'s.
     """
@@ -251,15 +252,16 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
     family = "semi-amortized"
 
     def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", share=1.0,
-                 score="spread", score_draws=8, **kwargs):
+                 score="spread", score_draws=None, **kwargs):
         super().__init__(model, **kwargs)
         if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
             raise GuideError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
                                      "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
                                                      lr, grad, optimizer))
-        if not 0 < share <= 1 or score not in SCORES or score_draws < 2:
-            raise GuideError("a refined share needs 0 < share <= 1, score in %s and score_draws >= 2; got %r, %r, %r"
-                             % (", ".join(SCORES), share, score, score_draws))
+        if not 0 < share <= 1:
+            raise GuideError("a refined share needs 0 < share <= 1; got %r" % share)
+        score_draws = DEFAULT_DRAWS.get(score, 2) if score_draws is None else score_draws
+        check_score(score, score_draws)
         self.steps, self.lr, self.grad, self.optimizer = steps, lr, grad, optimizer
         self.share, self.score, self.score_draws = share, score, score_draws
 

@@ -22,8 +22,8 @@ import torch
 
 from pyro import poutine
 
-from amortized_pyro.autoguides.diagnose import ready
-from amortized_pyro.autoguides.gap import guide_factor, local_posterior
+from amortized_pyro.autoguides.diagnose import built_guide
+from amortized_pyro.autoguides.gap import TracedPosterior, guide_factor
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.local.diagnostics import pareto_khat
@@ -48,10 +48,10 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
     import arviz as az
     import xarray as xr
 
-    ready(guide, args, kwargs, "to_inference_data")
+    built_guide(guide, args, kwargs, "to_inference_data")
     guide.check_gaussian("to_inference_data")
     structure = guide.structure
-    posterior = local_posterior(model, guide, args, kwargs, True, draws)
+    posterior = TracedPosterior(model, guide, args, kwargs, True, draws)  # not a model's own: its θ carry extra terms
     fit, _ = keyed_theta_draws(posterior, guide, GapSettings(theta_draws=num_samples, score_draws=1, seed=seed),
                                selection=False)
     per_theta = num_samples // len(fit)
@@ -70,7 +70,8 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
     u, log_weight, log_lik = (torch.cat(p) for p in zip(*pieces))  # [draws, n, ...]
     plate = structure.plate
     coords = {plate: _numpy(posterior.indices)}
-    values = {name: _numpy(v.repeat_interleave(per_theta, 0))[None] for name, v in fit.values.items()}
+    values = {name: _numpy(v.repeat_interleave(per_theta, 0))[None] for name, v in fit.values.items()
+              if name in structure.globals}
     for site in structure.locals:
         unconstrained = u[..., site.start:site.stop].reshape((u.shape[0], n) + site.unconstrained_shape)
         values[site.name] = _numpy(site.transform(unconstrained))[None]
@@ -95,6 +96,7 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
 
 def _data_trace(model, structure, indices, args, kwargs):
     """The model's trace at the call's datapoints (their observed values), latents drawn from a forked stream."""
-    with torch.random.fork_rng(devices=[]), poutine.block():
+    device = indices.device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), poutine.block():
         torch.manual_seed(0)
         return poutine.trace(poutine.condition(model, data={structure.plate: indices})).get_trace(*args, **kwargs)

@@ -205,8 +205,8 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @n_images_option(20, "N training and N test images, drawn by the gap seed (--seed plus the run's training seed: "
                      "the images `gap` measures with the same seed).")
-@click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=20),
-              help="z draws per image and θ draw for k̂.")
+@click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=100),
+              help="z draws per image and θ draw for k̂ (ArviZ's fit needs about 100 or more).")
 @click.option("--theta-draws", default=4, show_default=True, type=click.IntRange(min=1),
               help="Draws of θ ~ q(θ); each image's k̂ is the mean over them.")
 @click.option("--refine-steps", default="", callback=step_counts,

@@ -16,6 +16,7 @@ from amortized_pyro.runs.fit import finished_run
 from amortized_pyro.runs.store import read_info
 
 SPLITS = ("train", "test")
+SBC_THETA_DRAWS = 10  # the simulations come in this many rounds, each at its own θ ~ q(θ)
 
 
 def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simulations=200, sbc_draws=99,
@@ -55,9 +56,9 @@ def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simu
         report["splits"][split] = dict(found, gap_seed=gap_seed, images=chosen.tolist(), reading=reading(found))
     report["calibration"] = None
     if guide.can_infer_unseen and simulations:
-        batch = data.train[:min(len(data.train), simulations)]
-        log("calibration: %d images simulated from the fitted model, ranked among %d draws of q each"
-            % (simulations, sbc_draws))
+        batch = data.train[:min(len(data.train), -(-simulations // SBC_THETA_DRAWS))]
+        log("calibration: %d images simulated from the fitted model in rounds of %d, each at its own θ draw, ranked "
+            "among %d draws of q each" % (simulations, len(data.train[:-(-simulations // SBC_THETA_DRAWS)]), sbc_draws))
         began = time.perf_counter()
         idx = torch.arange(len(batch), device=batch.device)  # the batch's places in the plate
         report["calibration"] = local_sbc(result.model, guide, batch, idx, simulations=simulations, draws=sbc_draws,

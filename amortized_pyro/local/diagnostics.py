@@ -10,10 +10,9 @@ the importance weights of S draws z_s ~ q(z_n),
 and the fitted generalized Pareto shape k̂ of their upper tail read off: k̂ < 0.5 good, 0.5–0.7 usable, > 0.7 the
 importance-sampling estimates built on q are unreliable (Vehtari et al. 2024's thresholds; for S draws the
 sample-size-dependent one is min(1 − 1/log10 S, 0.7)). The smoothing and the fit are ArviZ's (``az.psislw``),
-not written here. The thresholds assume a tail that S draws can show: where z_n has tens of dimensions and q
-misses the posterior's scale, log w_s is a sum of many terms, its spread grows like √dim, and k̂ exceeds 0.7 for
-every datapoint of a model whose factors are all usable for what they are used for (the ELBO, the gap): then
-k̂ ranks the datapoints, it does not grade them (docs/diagnostics.md).
+not written here. Where z_n has tens of dimensions, log w_s is a sum of many terms, heavy-tailed wherever q misses
+the posterior, and k̂ can exceed 0.7 for every datapoint (the informative preset's MNIST runs, docs/results.md):
+then the thresholds single no datapoint out and k̂ is read as a ranking (docs/diagnostics.md).
 
 **Ranks** (Talts et al. 2018; per datapoint, through a factor: "local SBC"). For a simulated z_n (drawn from the
 model's prior) and its simulated x_n, the rank of each coordinate of z_n among L draws of q(z_n | x_n): if q is
@@ -46,11 +45,19 @@ def pareto_khat(log_weights):
     return np.where(values.std(-1) < CONSTANT, -np.inf, khat)
 
 
-def grade(khat):
-    """The usual reading of each k̂ (:data:`GRADES`), a list of strings: −∞ (constant weights) is good, NaN
-    unreliable."""
-    return [GRADES[int(np.searchsorted(THRESHOLDS, k, side="right"))] if not np.isnan(k) else "unreliable"
+def grade(khat, samples=None):
+    """The usual reading of each k̂ (:data:`GRADES`), a list of strings: good below 0.5, usable below 0.7 or, for
+    ``samples`` draws, below :func:`sample_threshold` where that is lower, unreliable above; −∞ (constant weights)
+    is good, NaN unreliable."""
+    thresholds = usable_below(samples)
+    return [GRADES[int(np.searchsorted(thresholds, k, side="right"))] if not np.isnan(k) else "unreliable"
             for k in np.ravel(khat)]
+
+
+def usable_below(samples=None):
+    """(good below, usable below) for k̂ from ``samples`` draws (None: the usual 0.5 and 0.7)."""
+    good, usable = THRESHOLDS
+    return (good, usable if samples is None else max(good, min(usable, sample_threshold(samples))))
 
 
 def sample_threshold(samples):

@@ -51,10 +51,10 @@ ENCODER_GUIDES = tuple(f.name for f in FAMILIES.values() if f.encoder)
 
 
 def label(family, width=None, refine_steps=None, refine_grad="straight-through", refine_optimizer="adam",
-          iterations=None, refine_share=1.0):
+          iterations=None, refine_share=1.0, refine_score="spread"):
     """The name a configuration goes by in tables and legends: ``A-VI k=64``, ``SA-VI k=64 r=5`` (r: its
     refinement steps, where given; `` unrolled`` where the gradient goes through them, `` momentum`` where Kim
-    et al.'s SGD with momentum takes them, `` worst 25%`` where only that share of each batch is refined), ``IA-VI k=64 T=5`` (T: its iterations, where given), ``F-VI``,
+    et al.'s SGD with momentum takes them, `` worst 25% by spread`` where only that share of each batch is refined, by that score), ``IA-VI k=64 T=5`` (T: its iterations, where given), ``F-VI``,
     ``constant-VI``."""
     f = FAMILIES[family]
     if not f.encoder:
@@ -63,7 +63,7 @@ def label(family, width=None, refine_steps=None, refine_grad="straight-through",
     if family == "semi-amortized" and refine_steps is not None:
         name += " r=%d" % refine_steps + (" unrolled" if refine_grad == "unrolled" else "")
         name += " momentum" if refine_optimizer == "sgd-momentum" else ""
-        name += " worst %g%%" % (100 * refine_share) if refine_share < 1 else ""
+        name += " worst %g%% by %s" % (100 * refine_share, refine_score) if refine_share < 1 else ""
     if family == "iterative" and iterations is not None:
         name += " T=%d" % iterations
     return name
@@ -73,7 +73,7 @@ def config_label(config):
     """:func:`label` of a run's configuration (a FitConfig), with ``, point θ`` where the decoder is
     point-estimated (``decoder_prior="none"``) and ``, β=…`` where the KL terms are weighted (``kl_weight``)."""
     name = label(config.guide, config.width, config.refine_steps, config.refine_grad, config.refine_optimizer,
-                 config.iterations, config.refine_share)
+                 config.iterations, config.refine_share, config.refine_score)
     if config.decoder == "conv" or config.encoder == "conv":
         name += ", conv %s" % ("decoder and encoder" if config.decoder == config.encoder else
                                "decoder" if config.decoder == "conv" else "encoder")

@@ -4,11 +4,12 @@ calibration test; a histogram of k̂ and the ranks' ECDF differences with simult
 ``plot_ecdf``, Säilynoja et al. 2022)."""
 import numpy as np
 
-from amortized_pyro.local.diagnostics import GRADES, THRESHOLDS
+from amortized_pyro.local.diagnostics import GRADES, usable_below
 from amortized_pyro.report.style import save_figure, subplots
 
 SMALL_P = 0.01  # the level the output reads a p-value at (tests/test_diagnose.py's ALPHA)
-ECDF_PANELS = 4  # coordinates drawn: the ones with the lowest p-values
+ECDF_PANELS = 4
+KHAT_DRAWN_UP_TO = 20  # k̂ beyond it (+∞ where too few draws) drawn at it  # coordinates drawn: the ones with the lowest p-values
 
 
 def _khat_line(name, summary):
@@ -20,9 +21,9 @@ def _khat_line(name, summary):
 
 def format_diagnosis(report):
     """The report as lines of text."""
-    lines = ["%s (%s, seed %d): k̂ from %d z draws at each of %d θ draws per image (good < %.1f, usable < %.1f, "
+    lines = ["%s (%s, seed %d): k̂ from %d z draws at each of %d θ draws per image (good < %.2f, usable < %.2f, "
              "unreliable above)" % (report["run"], report["guide"], report["seed"], report["samples"],
-                                    report["theta_draws"], *THRESHOLDS)]
+                                    report["theta_draws"], *usable_below(report["samples"]))]
     for split, found in report["splits"].items():
         lines.append("%s: %d images (gap seed %d)" % (split, len(found["images"]), found["gap_seed"]))
         lines += [_khat_line(name, found[name]) for name in found if isinstance(found[name], dict)]
@@ -50,15 +51,24 @@ def khat_figure(report, path):
     for ax, split in zip(axes[0], splits):
         found = report["splits"][split]
         names = [n for n in found if isinstance(found[n], dict)]
-        values = [np.clip(np.asarray(found[n]["khat"], dtype=float), -1, None) for n in names]
+        values = [np.clip(np.asarray(found[n]["khat"], dtype=float), -1, KHAT_DRAWN_UP_TO) for n in names]
         ax.hist(values, bins=20, label=names, histtype="step", linewidth=1.5)
-        for t in THRESHOLDS:
+        for t in usable_below(report["samples"]):
             ax.axvline(t, color="grey", linestyle=":")
-        ax.set_xlabel("Pareto k-hat per image (−∞ drawn at −1)")
+        ax.set_xlabel("Pareto k-hat per image (−∞ drawn at −1, above %g at %g)" % ((KHAT_DRAWN_UP_TO,) * 2))
         ax.set_ylabel("images")
         ax.set_title("%s: %d images" % (split, len(found["images"])))
         ax.legend(fontsize=8)
     return save_figure(fig, path)
+
+
+def uniform_ranks(draws):
+    """A sampler of the fractional ranks (r + ½) / (L + 1), r uniform on {0, …, L}: what ArviZ's bands are
+    calibrated on for a discrete variable."""
+    def sample(n, random_state=None):
+        generator = random_state if random_state is not None else np.random.default_rng()
+        return (generator.integers(0, draws + 1, n) + 0.5) / (draws + 1)
+    return sample
 
 
 def ecdf_figure(calibration, path):
@@ -73,10 +83,10 @@ def ecdf_figure(calibration, path):
     points = np.arange(1, draws + 1) / (draws + 1)
     for ax, d in zip(axes[0], order):
         az.plot_ecdf((ranks[:, d] + 0.5) / (draws + 1), cdf=lambda u: np.clip(u, 0, 1), eval_points=points,
-                     difference=True, confidence_bands=True, ax=ax, rvs=None,
+                     difference=True, confidence_bands=True, ax=ax, rvs=uniform_ranks(draws),
                      random_state=np.random.default_rng(0))
         p = p_values[d]
-        ax.set_title("u[%d]: p = %s" % (d, "n/a" if p is None else "%.2g" % p), fontsize=9)
+        ax.set_title("u[%d]: p %s" % (d, "n/a" if p is None else "= %.2g" % p if p > 0 else "< 1e-300"), fontsize=9)
         ax.set_xlabel("fractional rank")
     axes[0][0].set_ylabel("ECDF − uniform")
     return save_figure(fig, path)

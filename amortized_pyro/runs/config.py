@@ -230,6 +230,10 @@ class FitConfig(Checked):
         if self.decoder_label != "input" and self.decoder != "mlp":
             raise InvalidSettings("--decoder-label %s is for the mlp decoder" % self.decoder_label,
                                   ["decoder_label", "decoder"])
+        if self.refine_share < 1 and not self.refine_steps or self.refine_score != "spread" and self.refine_share == 1:
+            raise InvalidSettings("--refine-share below 1 chooses which images --refine-steps refine (give steps), by "
+                                  "--refine-score (which then needs a share below 1)",
+                                  ["refine_share", "refine_steps", "refine_score"])
         if self.decoder_prior == "none" and self.estimator == "meanfield":
             raise InvalidSettings("the meanfield estimator's analytic KL has no form for a point-estimated decoder "
                                   "(use estimator = trace with decoder_prior = none)", ["estimator", "decoder_prior"])
