@@ -82,6 +82,14 @@ def test_masked_rows_do_not_drift(name):
         assert masked.max() < 3 * kept.max(), (masked.max(), kept.max())
 
 
+def test_refining_the_worst_share_of_a_masked_model():
+    seqs, mask = padded_sequences()
+    pyro.set_rng_seed(0)
+    guide = build("semi-amortized", local_mask=per_step, share=0.5)
+    svi = SVI(dmm, guide, pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
+    assert all(math.isfinite(svi.step(seqs, mask)) for _ in range(20))
+
+
 def test_without_the_guides_mask_masked_rows_drift():
     """The check above can fail: a per-datapoint guide that scores q on the masked rows (local_mask naming no
     site: the model's masks unserved) lets their σ grow."""

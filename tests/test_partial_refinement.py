@@ -9,6 +9,7 @@ import pyro.distributions as dist
 from pyro.infer import SVI, Trace_ELBO
 
 from amortized_pyro.autoguides import AutoSemiAmortizedNormal
+from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.estimates import log_weights
 from amortized_pyro.local.partial import Rows, score_of, worst_rows
@@ -80,6 +81,10 @@ def test_rows_of_the_data_and_the_whole_batch_agree():
         full[:, rows] = z[:, rows]
         assert torch.allclose(Rows(by_hand(model), rows, base, model.x)(model.x[rows], z[:, rows], {}),
                               by_hand(model)(model.x, full, {})[:, rows])
+        # a joint that reads the data and masks coordinates per row (a masked model's): the whole batch's rows
+        masked = MaskedJoint(by_hand(model), torch.rand(40, 3, generator=torch.Generator().manual_seed(1)) > 0.3)
+        assert torch.allclose(Rows(masked, rows, base, model.x)(model.x[rows], z[:, rows], {}),
+                              masked(model.x, full, {})[:, rows])
 
 
 def test_training_with_a_share_and_its_refusals():
