@@ -6,7 +6,7 @@
 #   gap        the amortization gap per image and the gap left after 5, 20 and 100 Adam steps from the encoder's
 #              factor (the informative study's gap settings: M = 4, S = 32, K = 1,000, AIS 200 steps, q* capped
 #              at 1,500 steps)
-#   diagnose   per image k̂ of the encoder's factor and of the refined ones (2,000 z draws at each of 4 θ draws),
+#   diagnose   per image k̂ of the encoder's factor, of the refined ones and of q* (2,000 z draws at each of 4 θ draws),
 #              the log weights' spread (of all draws and of the first 8), the local ELBO; 500 simulated images'
 #              ranks for calibration
 # Runs and reports in runs/diagnose-study/avi64-seedS (resumable: finished steps are kept), the log appended to
@@ -33,7 +33,7 @@ for seed in 0 1 2; do
     fi
   done
   if [ ! -f "$run/diagnose.json" ]; then
-    python -m amortized_pyro diagnose "$run" --n-images 20 --samples 2000 --theta-draws 4 --refine-steps 5,20,100 \
+    python -m amortized_pyro diagnose "$run" --n-images 20 --samples 2000 --theta-draws 4 --refine-steps 5,20,100 --q-star \
       --simulations 500 --device cpu --out "$run" >> "$log" 2>&1
   fi
 done

@@ -90,7 +90,8 @@ def measure(runs, out):
                 "gap": {str(k): rows[k] for k in (0,) + STEPS},
                 "scores": {"khat": found["guide"]["khat"], "spread": found["guide"]["spread"],
                            "spread_8": found["guide"]["spread_8"], "neg_elbo": [-v for v in found["guide"]["elbo"]]},
-                "khat_refined": {str(k): found["refined-%d" % k]["khat"] for k in STEPS},
+                "khat_refined": {**{str(k): found["refined-%d" % k]["khat"] for k in STEPS},
+                                 "q*": found["q*"]["khat"]},
                 "calibration_p": diagnosis["calibration"]["p_value"],
                 "calibration_outside": float(np.isin(np.asarray(diagnosis["calibration"]["ranks"]),
                                                      (0, diagnosis["calibration"]["draws"])).mean()),
@@ -138,12 +139,13 @@ def table(records, out):
               "20 images, then the mean ± s.e. over seeds), and the share of images with k̂ below 0.7.", "",
               "| factor | train: median k̂ | train: below 0.7 | held out: median k̂ | held out: below 0.7 |",
               "|---|---|---|---|---|"]
-    for k in (0,) + STEPS:
+    for k in (0,) + STEPS + ("q*",):
         values = {s: [np.asarray(r["scores"]["khat"] if k == 0 else r["khat_refined"][str(k)]) for r in by[s]]
                   for s in splits}
         cells = ["%.2f ± %.2f | %.0f %%" % (*mean_se([np.median(v) for v in values[s]]),
                                             100 * np.mean(np.concatenate(values[s]) < 0.7)) for s in splits]
-        lines.append("| %s | %s |" % ("encoder" if k == 0 else "%d steps" % k, " | ".join(cells)))
+        name = "encoder" if k == 0 else "q* (the gap's optimum from it)" if k == "q*" else "%d steps" % k
+        lines.append("| %s | %s |" % (name, " | ".join(cells)))
     lines += ["", "Calibration through the encoder (500 images simulated from each fitted model, 10 θ draws): p = %s "
               "(seeds %s); the true coordinate below or above all 99 draws of q in %s of the ranks (2 %% if "
               "calibrated)." % (", ".join("%.2g" % r["calibration_p"] if r["calibration_p"] > 0 else "< 1e-300"

@@ -207,3 +207,13 @@ def test_grades_take_the_sample_size_threshold():
     assert grade([0.3, 0.6, 0.8, -np.inf]) == ["good", "usable", "unreliable", "good"]
     assert grade([0.6], samples=100) == ["unreliable"]  # 1 − 1/log10(100) = 0.5: nothing is usable at S = 100
     assert grade([0.6], samples=10000) == ["usable"]
+
+
+def test_q_star_and_refinement_fix_a_narrow_encoder():
+    # σ halved on every datapoint: k̂ high; q* (the gap's optimum from it) is the exact posterior again, and 200
+    # refinement steps get most of the way
+    model = orthogonal_model(n=30)
+    found = importance_diagnostics(model.model, exact_guide(model, model.x, scale=0.5), model.x, samples=500,
+                                   refine_steps=(200,), refine_lr=0.05, q_star=True)
+    assert np.median(found["guide"]["khat"]) > 0.7
+    assert np.max(found["q*"]["khat"]) < 0.5 and np.median(found["refined-200"]["khat"]) < 0.5

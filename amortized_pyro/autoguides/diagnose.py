@@ -35,7 +35,7 @@ from amortized_pyro.errors import GuideError
 from amortized_pyro.local.diagnostics import grade, pareto_khat, ranks, uniformity, usable_below
 from amortized_pyro.local.estimates import CHUNK, all_log_weights
 from amortized_pyro.local.gaps import GapSettings
-from amortized_pyro.local.optimize import refine
+from amortized_pyro.local.optimize import converge, refine
 
 REFINE_DRAWS = 8  # z draws per refinement step: the gap's step_samples
 
@@ -68,7 +68,8 @@ def weight_summary(log_weights):
 
 @torch.no_grad()
 def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, theta="sample", factors=None, seed=0,
-                           seen=True, refine_steps=(), refine_lr=1e-2, draws="auto", chunk=CHUNK, **kwargs):
+                           seen=True, refine_steps=(), refine_lr=1e-2, q_star=False, q_star_steps=2000, draws="auto",
+                           chunk=CHUNK, **kwargs):
     """Per datapoint of the model's call ``model(*args, **kwargs)``, k̂ and the other summaries of
     :func:`weight_summary` for the guide's factor and for each of ``factors``.
 
@@ -82,6 +83,10 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     :param refine_steps: also the factor after each of these numbers of Adam steps from the guide's (learning
         rate ``refine_lr``, 8 z draws a step, on the mean local ELBO over the θ draws: the gap's refinement rows),
         as ``"refined-K"``: where refinement fixes a datapoint.
+    :param bool q_star: also q* (``"q*"``): the gap's optimization from the guide's factor on the mean local ELBO
+        over the θ draws (Adam, its windowed stopping rule, :class:`~amortized_pyro.local.gaps.GapSettings`'
+        defaults, at most ``q_star_steps`` steps), its best window's iterate; without the gap's choice among
+        candidates on fresh draws, so on few θ draws it can fit their noise.
     :param int seed: keys the θ draws and every z draw.
     :param bool seen: whether the guide was trained on these datapoints (a per-datapoint guide has no factor
         for others).
@@ -91,7 +96,8 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     """
     built_guide(guide, args, kwargs, "importance_diagnostics")
     guide.check_gaussian("PSIS k̂")
-    settings = GapSettings(theta_draws=theta_draws, score_draws=1, theta=theta, seed=seed).check()
+    settings = GapSettings(theta_draws=theta_draws, score_draws=1, theta=theta, seed=seed,
+                           max_steps=q_star_steps).check()
     posterior = local_posterior(model, guide, args, kwargs, seen, draws)
     fit, _ = keyed_theta_draws(posterior, guide, settings, selection=False)
     factor = guide_factor(posterior, guide, fit.at("guide"))
@@ -104,6 +110,10 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
         loc, log_scale = refine(posterior.log_joint, posterior.x, factor[0], factor[1].log(), fit.at("refine"),
                                 refine_lr, k, REFINE_DRAWS, chunk=chunk)
         factors["refined-%d" % k] = (loc, log_scale.exp())
+    if q_star:
+        found = converge(posterior.log_joint, posterior.x, factor[0], factor[1].log(), fit.at("fit"), settings.lr,
+                         settings.rule(), settings.step_samples, compact=posterior.compact, chunk=chunk)
+        factors["q*"] = (found.loc, found.log_scale.exp())
     result = {"samples": samples, "theta_draws": len(fit), "theta": theta, "size": posterior.size,
               "threshold": usable_below(samples)[1]}
     for name, (loc, scale) in {"guide": factor, **factors}.items():

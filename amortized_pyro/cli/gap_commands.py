@@ -211,6 +211,8 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
               help="Draws of θ ~ q(θ); each image's k̂ is the mean over them.")
 @click.option("--refine-steps", default="", callback=step_counts,
               help="Comma-separated step counts, e.g. 5,20: k̂ also of the factor after that many Adam steps.")
+@click.option("--q-star/--no-q-star", default=False, show_default=True,
+              help="Also k̂ of q*: the gap's optimization from the guide's factor (at most 2,000 steps per image).")
 @click.option("--simulations", default=200, show_default=True, type=click.IntRange(min=0),
               help="Images simulated from the fitted model for the calibration check (0: none).")
 @click.option("--sbc-draws", default=99, show_default=True, type=click.IntRange(min=1),
@@ -223,8 +225,8 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
 @overwrite_option
 @threads_option
 @friendly_errors
-def diagnose_command(run_dir, n_images, samples, theta_draws, refine_steps, simulations, sbc_draws, seed, device,
-                     out_dir, overwrite):
+def diagnose_command(run_dir, n_images, samples, theta_draws, refine_steps, q_star, simulations, sbc_draws, seed,
+                     device, out_dir, overwrite):
     """Per-image diagnostics of a finished run: the Pareto k̂ of the guide's importance weights (and of refined
     factors), and calibration through the encoder on images the fitted model simulates (ranks of the true z
     among draws of q(z|x), a uniformity test, ECDF plot)."""
@@ -239,7 +241,7 @@ def diagnose_command(run_dir, n_images, samples, theta_draws, refine_steps, simu
     out.mkdir(parents=True, exist_ok=True)
     check_writable(path)
     report = diagnose_run(run_dir, n_images, seed, samples, theta_draws, simulations, sbc_draws, refine_steps,
-                          device=device, log=stderr_log)
+                          q_star=q_star, device=device, log=stderr_log)
     write_report(path, report)
     khat_figure(report, out / "diagnose_khat.png")
     if report["calibration"] is not None and report["calibration"]["p_value"] is not None:

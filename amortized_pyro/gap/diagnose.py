@@ -20,10 +20,10 @@ SBC_THETA_DRAWS = 10  # the simulations come in this many rounds, each at its ow
 
 
 def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simulations=200, sbc_draws=99,
-                 refine_steps=(), refine_lr=1e-2, device="cpu", log=print):
+                 refine_steps=(), refine_lr=1e-2, q_star=False, device="cpu", log=print):
     """The run's diagnostics: per split, ``n_images`` images drawn by the gap seed (``seed`` plus the run's
     training seed: ``gap``'s images for the same seed), k̂ and the log weights' summaries of the guide's factor
-    and of each refined one (``refine_steps``); then ``simulations`` simulated images' ranks (not for a
+    and of each refined one (``refine_steps``) and, with ``q_star``, of q*; then ``simulations`` simulated images' ranks (not for a
     per-datapoint guide, which has no factor for them). Returns the report's dict (``diagnose.json``)."""
     log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
@@ -32,7 +32,7 @@ def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simu
     if guide.local_flow is not None:
         raise AmortizedPyroError("diagnose takes a Gaussian q(z_n); this run's guide has a flow")
     report = dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), guide=c.guide, width=c.width,
-                  seed=c.seed, samples=samples, theta_draws=theta_draws, refine_steps=list(refine_steps),
+                  seed=c.seed, samples=samples, theta_draws=theta_draws, refine_steps=list(refine_steps), q_star=q_star,
                   refine_lr=refine_lr, splits={})
     settings = GapSettings(seed=seed)
     for split in SPLITS:
@@ -48,10 +48,11 @@ def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simu
             continue
         log("%s: k̂ of %d images (gap seed %d), %d z draws at each of %d θ draws%s" % (
             split, x.shape[0], gap_seed, samples, theta_draws,
-            "; refined by %s steps" % ", ".join(map(str, refine_steps)) if refine_steps else ""))
+            ("; refined by %s steps" % ", ".join(map(str, refine_steps)) if refine_steps else "")
+            + ("; q*" if q_star else "")))
         began = time.perf_counter()
         found = importance_diagnostics(result.model, guide, x, idx, samples=samples, theta_draws=theta_draws,
-                                       seed=gap_seed, refine_steps=refine_steps, refine_lr=refine_lr)
+                                       seed=gap_seed, refine_steps=refine_steps, refine_lr=refine_lr, q_star=q_star)
         log("%s: done in %.0f s" % (split, time.perf_counter() - began))
         report["splits"][split] = dict(found, gap_seed=gap_seed, images=chosen.tolist(), reading=reading(found))
     report["calibration"] = None
