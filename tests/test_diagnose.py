@@ -13,7 +13,8 @@ from torch import nn
 import pyro
 from pyro.infer import SVI, Trace_ELBO
 
-from amortized_pyro.autoguides import AutoAmortizedNormal, AutoSharedNormal
+from amortized_pyro.autoguides import AutoAmortizedNormal, AutoSharedNormal, measure_gap
+from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.autoguides.diagnose import diagnose, importance_diagnostics, local_sbc
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.diagnostics import grade, pareto_khat, rank_bins, ranks, uniformity
@@ -217,3 +218,28 @@ def test_q_star_and_refinement_fix_a_narrow_encoder():
                                    refine_steps=(200,), refine_lr=0.05, q_star=True)
     assert np.median(found["guide"]["khat"]) > 0.7
     assert np.max(found["q*"]["khat"]) < 0.5 and np.median(found["refined-200"]["khat"]) < 0.5
+
+
+def test_a_flow_guides_weights_go_through_its_transforms():
+    # the flow's transforms start as the identity: its k̂ is the Gaussian factor's; trained, still finite per datapoint
+    model = orthogonal_model(n=30)
+    gaussian = exact_guide(model, model.x, scale=0.5)
+    flow = AutoAmortizedNormal(model.model, encoder=nn.Identity(), flow=2)
+    flow(model.x)
+    flow.q_z.load_state_dict(gaussian.q_z.state_dict())
+    same = [importance_diagnostics(model.model, g, model.x, samples=300)["guide"]["khat"] for g in (gaussian, flow)]
+    assert np.allclose(same[0], same[1], atol=1e-3)
+    with pytest.raises(GuideError, match="Gaussian"):
+        importance_diagnostics(model.model, flow, model.x, samples=300, q_star=True)
+    # transforms moved off the identity: the weights' mean is the flow guide's local ELBO, as the gap measures it
+    with torch.no_grad():
+        for p in flow.local_flow.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    found = importance_diagnostics(model.model, flow, model.x[:10], samples=2000, theta_draws=1)["guide"]
+    report = measure_gap(model.model, flow, model.x[:10], settings=GapSettings(samples=2000, ais_steps=0,
+                                                                                max_steps=100, importance_samples=10))
+    stderr = np.asarray(found["spread"]) / math.sqrt(2000)
+    gap_elbo = np.asarray(report["per_image"]["elbo_guide"])
+    assert np.all(np.abs(np.asarray(found["elbo"]) - gap_elbo) < 4 * stderr * math.sqrt(2))
+    gaussian_elbo = importance_diagnostics(model.model, gaussian, model.x[:10], samples=2000)["guide"]["elbo"]
+    assert np.abs(np.asarray(gaussian_elbo) - gap_elbo).max() > 10 * stderr.max()  # the transforms count

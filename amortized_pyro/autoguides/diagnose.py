@@ -74,7 +74,8 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     :func:`weight_summary` for the guide's factor and for each of ``factors``.
 
     :param model: the Pyro model the guide was built from.
-    :param guide: a trained :class:`~amortized_pyro.autoguides.AutoLocalGuide` with a Gaussian factor.
+    :param guide: a trained :class:`~amortized_pyro.autoguides.AutoLocalGuide` (a flow's factor included; its
+        refinement rows and q* take a Gaussian one).
     :param int samples: S, z draws per datapoint and θ draw (ArviZ warns below ~100; k̂ settles with ~1,000).
     :param int theta_draws: M, draws θ_m ~ q(θ) (module docstring).
     :param str theta: ``"sample"`` or ``"mean"`` (θ at q(θ)'s median).
@@ -95,7 +96,8 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
         dimension)}.
     """
     built_guide(guide, args, kwargs, "importance_diagnostics")
-    guide.check_gaussian("PSIS k̂")
+    if refine_steps or q_star:
+        guide.check_gaussian("k̂ of refined factors and of q*")
     settings = GapSettings(theta_draws=theta_draws, score_draws=1, theta=theta, seed=seed,
                            max_steps=q_star_steps).check()
     posterior = local_posterior(model, guide, args, kwargs, seen, draws)
@@ -116,9 +118,10 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
         factors["q*"] = (found.loc, found.log_scale.exp())
     result = {"samples": samples, "theta_draws": len(fit), "theta": theta, "size": posterior.size,
               "threshold": usable_below(samples)[1]}
+    flow = posterior.flow()  # the guide's flow after its Gaussian factor, or None
     for name, (loc, scale) in {"guide": factor, **factors}.items():
         result[name] = weight_summary(all_log_weights(posterior.log_joint, posterior.x, loc, scale, scored, samples,
-                                                      chunk))
+                                                      chunk, flow if name == "guide" else None))
     return result
 
 

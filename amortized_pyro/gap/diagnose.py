@@ -29,8 +29,9 @@ def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simu
     result, data = finished_run(run_dir, device, log)
     data = model_data(result.model, data)
     c, guide = result.config, result.guide
-    if guide.local_flow is not None:
-        raise AmortizedPyroError("diagnose takes a Gaussian q(z_n); this run's guide has a flow")
+    if guide.local_flow is not None and (refine_steps or q_star):
+        raise AmortizedPyroError("refinement rows and q* take a Gaussian q(z_n); this run's guide has a flow: "
+                                 "drop --refine-steps and --q-star")
     report = dict(run=str(run_dir), run_id=read_info(run_dir).get("run_id"), guide=c.guide, width=c.width,
                   seed=c.seed, samples=samples, theta_draws=theta_draws, refine_steps=list(refine_steps), q_star=q_star,
                   refine_lr=refine_lr, splits={})

@@ -85,11 +85,12 @@ def per_draw(log_joint, x, loc, scale, draws, samples, reduce="mean", chunk=CHUN
 
 
 @torch.no_grad()
-def all_log_weights(log_joint, x, loc, scale, draws, samples, chunk=CHUNK):
+def all_log_weights(log_joint, x, loc, scale, draws, samples, chunk=CHUNK, flow=None):
     """Every log weight log p(x_n, z | θ_m) − log q(z) of :func:`per_draw`'s draws, kept: [M, S, n] (the
-    per-datapoint diagnostics' input: :mod:`amortized_pyro.local.diagnostics`)."""
+    per-datapoint diagnostics' input: :mod:`amortized_pyro.local.diagnostics`); q the Gaussian factor followed by
+    ``flow``'s transforms where given (the log joint pulled back through them: the same weights)."""
     return torch.cat([torch.cat(pieces, 1) for pieces in _weight_pieces(log_joint, x, loc, scale, draws, samples,
-                                                                       chunk, None)])
+                                                                       chunk, flow)])
 
 
 def local_elbo(log_joint, x, loc, scale, draws, samples, chunk=CHUNK, flow=None):
