@@ -10,9 +10,9 @@ PSIS k̂ and calibration through the encoder), and its draws as ArviZ's Inferenc
 """
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.capacity import EncoderTraining, capacity_sweep, train_fresh_encoder
-from amortized_pyro.autoguides.families import (AUTOGUIDES, AutoAmortizedNormal, AutoIterativeAmortizedNormal,
-                                                AutoPerDatapointNormal, AutoSemiAmortizedNormal, AutoSharedNormal,
+from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal,
                                                 default_encoder)
+from amortized_pyro.autoguides.refining import AUTOGUIDES, AutoIterativeAmortizedNormal, AutoSemiAmortizedNormal
 from amortized_pyro.autoguides.diagnose import diagnose, importance_diagnostics, local_sbc
 from amortized_pyro.autoguides.gap import measure_gap
 from amortized_pyro.autoguides.inference_data import to_inference_data

@@ -31,8 +31,8 @@ import pyro
 from pyro import poutine
 
 from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS
-from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
-                                                AutoSemiAmortizedNormal, AutoSharedNormal)
+from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
+from amortized_pyro.autoguides.refining import AutoIterativeAmortizedNormal, AutoSemiAmortizedNormal
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.conditional import PRIOR_SITES
