@@ -135,13 +135,19 @@ def test_other_plate_layouts_simulate_into_the_right_rows():
     assert local_sbc(model.subsampled, sub, model.x[batch], batch, simulations=200)["p_value"] > ALPHA
 
 
-def test_a_model_with_globals_and_pyros_vae_run_through():
-    model = orthogonal_model(n=30, cls=WithGlobals)
+def trained_with_globals(n, steps):
+    """The model with global latents (W, σ) and an amortized guide trained ``steps`` SVI steps on all n."""
+    model = orthogonal_model(n=n, cls=WithGlobals)
     pyro.set_rng_seed(0)
     guide = AutoAmortizedNormal(model.model, width=8)
     svi = SVI(model.model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
-    for _ in range(50):
+    for _ in range(steps):
         svi.step(model.x)
+    return model, guide
+
+
+def test_a_model_with_globals_and_pyros_vae_run_through():
+    model, guide = trained_with_globals(30, 50)
     found = diagnose(model.model, guide, model.x, samples=200, theta_draws=3, simulations=60)
     assert len(found["importance"]["guide"]["khat_per_draw"]) == 3
     assert len(found["calibration"]["ranks"]) == 60

@@ -9,12 +9,9 @@ import torch
 
 import pyro
 import pyro.distributions as dist
-from pyro.infer import SVI, Trace_ELBO
 
-from amortized_pyro.autoguides import AutoAmortizedNormal
 from amortized_pyro.autoguides.inference_data import to_inference_data
-from test_diagnose import exact_guide, orthogonal_model
-from toy_models import WithGlobals
+from test_diagnose import exact_guide, orthogonal_model, trained_with_globals
 
 az = pytest.importorskip("arviz")
 
@@ -53,12 +50,7 @@ def test_each_group_equals_the_closed_form():
 
 
 def test_globals_and_the_netcdf_round_trip(tmp_path):
-    model = orthogonal_model(n=20, cls=WithGlobals)
-    pyro.set_rng_seed(0)
-    guide = AutoAmortizedNormal(model.model, width=8)
-    svi = SVI(model.model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
-    for _ in range(30):
-        svi.step(model.x)
+    model, guide = trained_with_globals(20, 30)
     data = to_inference_data(model.model, guide, model.x, num_samples=50)
     W, sigma = (torch.as_tensor(data.posterior[name].values[0]) for name in ("W", "sigma"))
     assert W.shape == (50, 6, 3) and len(set(sigma.tolist())) == 50  # one θ draw per draw

@@ -146,3 +146,23 @@ def test_the_package_models_rows_of_data_agree_with_its_whole_batch(tmp_path):
     fit, _ = theta_draws(posterior, own, GapSettings(theta_draws=3), selection=False)
     for a, b in zip(guide_factor(posterior, own, fit.at("guide")), guide_factor(posterior, whole, fit.at("guide"))):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_a_share_trained_on_minibatches_serves_new_data_predictive_and_the_gap():
+    # Pyro's examples' plate (len(x) per call): trained on batches of 10, then 7 new datapoints
+    from pyro.infer import Predictive
+    from amortized_pyro.autoguides import measure_gap
+    from amortized_pyro.local.gaps import GapSettings
+    model = orthogonal_model(n=47)
+    x, x_new = model.x[:40], model.x[40:]
+    pyro.set_rng_seed(0)
+    guide = AutoSemiAmortizedNormal(model.model, steps=3, share=0.3, width=8)
+    svi = SVI(model.model, guide, pyro.optim.Adam({"lr": 0.02}), Trace_ELBO())
+    for _ in range(20):
+        for batch in x[torch.randperm(40)].split(10):
+            svi.step(batch)
+    assert Predictive(model.model, guide=guide, num_samples=3)(x_new)["z"].shape == (3, 7, 3)
+    loc, _ = factors(guide, x_new)
+    assert loc.shape == (7, 3) and ((loc != guide.q_z.encoder(x_new)[0]).any(-1)).sum() == 3  # ⌈0.3 · 7⌉ refined
+    report = measure_gap(model.model, guide, x_new, seen=False, settings=GapSettings(ais_steps=0, max_steps=200))
+    assert len(report["per_image"]["amortization_gap"]) == 7
