@@ -125,6 +125,19 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     return result
 
 
+def seeded_trace(model, structure, indices, args, kwargs, seed, values=None, simulate=False):
+    """The model's trace at the call's datapoints ``indices`` (the plate conditioned on them) and the given
+    ``values`` (site → value), its other draws from a forked global stream seeded by ``seed`` (the stream is left
+    as it was); ``simulate``: the observed sites drawn too (``poutine.uncondition``, inside the conditioning so
+    that the given values stay)."""
+    device = indices.device
+    inner = poutine.uncondition(model) if simulate else model
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), poutine.block():
+        torch.manual_seed(seed)
+        conditioned = poutine.condition(inner, data={**(values or {}), structure.plate: indices})
+        return poutine.trace(conditioned).get_trace(*args, **kwargs)
+
+
 def _flat_locals(structure, trace, batch):
     """The true local values of a simulated trace in the flat unconstrained layout [B, size]."""
     parts = [site.transform.inv(trace.nodes[site.name]["value"]).reshape(batch, -1) for site in structure.locals]
@@ -198,11 +211,7 @@ def local_sbc(model, guide, *args, simulations=200, draws=99, seed=0, with_data=
     for _ in range(math.ceil(simulations / batch)):
         theta = guide.global_sample(generator) if structure.globals else {}
         key = int(torch.randint(2 ** 62, (), generator=generator, device=device))
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), poutine.block():
-            torch.manual_seed(key)
-            # condition outside uncondition: the θ values it sets stay (uncondition resamples what is observed below it)
-            simulate = poutine.condition(poutine.uncondition(model), data={**theta, structure.plate: indices})
-            trace = poutine.trace(simulate).get_trace(*args, **kwargs)
+        trace = seeded_trace(model, structure, indices, args, kwargs, key, theta, simulate=True)
         truth = _flat_locals(structure, trace, batch)
         simulated = _simulated(trace, structure)
         if with_data is None:

@@ -20,9 +20,8 @@ global site, ``num_samples`` z draws at the one θ. All keyed by ``seed``.
 
 import torch
 
-from pyro import poutine
 
-from amortized_pyro.autoguides.diagnose import built_guide
+from amortized_pyro.autoguides.diagnose import built_guide, seeded_trace
 from amortized_pyro.autoguides.gap import TracedPosterior, guide_factor
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
 from amortized_pyro.autoguides.local_joint import LocalJoint
@@ -77,7 +76,7 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
         values[site.name] = _numpy(site.transform(unconstrained))[None]
     dims = {site.name: [plate] + ["%s_dim_%d" % (site.name, i) for i in range(len(site.event_shape))]
             for site in structure.locals}
-    trace = _data_trace(model, structure, posterior.indices, args, kwargs)
+    trace = seeded_trace(model, structure, posterior.indices, args, kwargs, 0)  # the observed values
     observed = {name: site["value"] for name, site in trace.nodes.items() if site["type"] == "sample"
                 and site["is_observed"] and plate in [f.name for f in site["cond_indep_stack"]]}
     name = next(iter(observed)) if len(observed) == 1 else "+".join(observed) or "obs"
@@ -93,10 +92,3 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
                       theta_draws=len(fit), seed=seed)
     return data
 
-
-def _data_trace(model, structure, indices, args, kwargs):
-    """The model's trace at the call's datapoints (their observed values), latents drawn from a forked stream."""
-    device = indices.device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), poutine.block():
-        torch.manual_seed(0)
-        return poutine.trace(poutine.condition(model, data={structure.plate: indices})).get_trace(*args, **kwargs)
