@@ -71,12 +71,13 @@ def main():
     print("| guide | encoder input | start | finite steps of %d | first loss | last finite loss | stopped by |"
           % args.steps)
     print("|---|---|---|---|---|---|---|")
-    starts = {"zero heads, standardized (default)": {}, "torch heads, raw (before)": dict(head_init="torch",
-                                                                                          standardize=False)}
+    starts = {"centred heads, asinh standardized (default)": {},
+              "zero heads, asinh standardized": dict(head_init="zero"),
+              "torch heads, raw": dict(head_init="torch", standardize=False)}
     for name, make in BUILDERS.items():
         for start, options in starts.items():
             for label, first in (("raw counts", 0), ("log1p", log1p)):
-                if "before" in start and first is log1p:
+                if "torch" in start and first is log1p:
                     continue
                 taken, head, tail, how = run(make, model, x, args.steps, encoder_input=first, **options)
                 print("| %s | %s | %s | %d | %.1f | %.1f | %s |" % (name, label, start, taken, head, tail, how))

@@ -1,7 +1,8 @@
 """Models the package did not write, for the guide builders' tests: a linear-Gaussian latent model (posterior,
 log p(x) and the best mean-field ELBO in closed form) in three plate styles, the same with global latents,
 a standard VAE written as Pyro's examples/vae writes it (a ``pyro.module`` decoder, no prior on its weights),
-and Pyro's sparse gamma deep exponential family (Gamma locals, Poisson counts)."""
+Pyro's sparse gamma deep exponential family (Gamma locals, Poisson counts), and a scANVI-style count model with
+two local sites (library sizes over two orders of magnitude)."""
 import math
 
 import torch
@@ -146,3 +147,61 @@ class SparseGammaDEF:
             w_bottom = w_bottom.reshape(w_bottom.shape[:-1] + (self.bottom, self.pixels))
             mean_obs = torch.matmul(z_bottom.unsqueeze(-2), w_bottom).squeeze(-2)
             pyro.sample("obs", dist.Poisson(mean_obs).to_event(1), obs=x)
+
+
+class CountModel(nn.Module):
+    """A scANVI-style model (Pyro's examples/scanvi, without labels, read and written anew): per cell z_n ~ N(0,
+    I_z) and a library size l_n ~ LogNormal(m, s) (``log_library`` = (m, s), the log library sizes' mean and
+    spread, as scANVI sets them from the data), counts x_ng ~ GammaPoisson with mean l_n · softmax(decoder(z_n))_g
+    and a learned inverse dispersion per gene, in ``pyro.plate("cells", N, subsample_size=batch)``; and the
+    hand-written encoder guide of the example's kind (log1p of the counts, softplus scales)."""
+
+    def __init__(self, log_library, genes=50, z_dim=5, hidden=128, batch=100):
+        super().__init__()
+        self.genes, self.z_dim, self.batch = genes, z_dim, batch
+        self.l_loc, self.l_scale = log_library
+        self.decoder = nn.Sequential(nn.Linear(z_dim, hidden), nn.ReLU(), nn.Linear(hidden, genes))
+        self.encoder = nn.Sequential(nn.Linear(genes, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, 2 * z_dim + 2))
+
+    def model(self, x):
+        pyro.module("decoder", self.decoder)
+        inverse_dispersion = pyro.param("inverse_dispersion", 10.0 * x.new_ones(self.genes),
+                                        constraint=dist.constraints.positive)
+        with pyro.plate("cells", len(x), subsample_size=min(self.batch, len(x))) as idx:
+            z = pyro.sample("z", dist.Normal(0.0, x.new_ones(self.z_dim)).to_event(1))
+            l = pyro.sample("l", dist.LogNormal(self.l_loc, self.l_scale * x.new_ones(1)).to_event(1))
+            mean = l * torch.softmax(self.decoder(z), -1)
+            pyro.sample("x", dist.GammaPoisson(inverse_dispersion, inverse_dispersion / mean).to_event(1),
+                        obs=x[idx])
+
+    def guide(self, x):
+        """The hand-written guide: one network of log1p(x) to both sites' factors."""
+        pyro.module("encoder", self.encoder)
+        with pyro.plate("cells", len(x), subsample_size=min(self.batch, len(x))) as idx:
+            loc, scale = self.encoded(x[idx])
+            pyro.sample("z", dist.Normal(loc[:, :-1], scale[:, :-1]).to_event(1))
+            pyro.sample("l", dist.LogNormal(loc[:, -1:], scale[:, -1:]).to_event(1))
+
+    def encoded(self, x):
+        """The hand-written guide's (μ, σ) of (z, log l) for cells x: [B, z_dim + 1] each."""
+        out = self.encoder(torch.log1p(x))
+        return out[:, :self.z_dim + 1], nn.functional.softplus(out[:, self.z_dim + 1:]) + 1e-4
+
+    @staticmethod
+    def simulate(n, seed, genes=50, z_dim=5):
+        """(counts [n, genes], library sizes [n]): cells drawn from ``seed`` through a random decoder (seed 1234)
+        of the model's form, library sizes log-uniform over 500–20,000, Gamma(5)-Poisson noise."""
+        weight = torch.randn(z_dim, genes, generator=torch.Generator().manual_seed(1234))
+        g = torch.Generator().manual_seed(seed)
+        z = torch.randn(n, z_dim, generator=g)
+        library = torch.empty(n).uniform_(math.log(500.0), math.log(20000.0), generator=g).exp()
+        rate = library.unsqueeze(-1) * torch.softmax(z @ weight, -1)
+        gamma = torch._standard_gamma(torch.full_like(rate, 5.0), generator=g) / 5.0
+        return torch.poisson(rate * gamma, generator=g), library
+
+    @classmethod
+    def for_data(cls, x, **options):
+        """The model with m, s read off the counts ``x``, as scANVI reads them."""
+        logs = x.sum(-1).log()
+        return cls((float(logs.mean()), float(logs.std())), genes=x.shape[-1], **options)

@@ -20,12 +20,14 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer.autoguide import AutoDelta, AutoGuide, AutoNormal
 from pyro.infer.autoguide.initialization import init_to_feasible
+from pyro.poutine.runtime import _PYRO_STACK
+from pyro.poutine.scale_messenger import ScaleMessenger
 from pyro.poutine.util import is_validation_enabled, site_is_subsample
 
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow, flow_draws
 from amortized_pyro.autoguides.protocol import Measured
 from amortized_pyro.autoguides.masking import check_unmasked, local_masks, masked_sites
-from amortized_pyro.autoguides.plates import read_model_plate
+from amortized_pyro.autoguides.plates import prototype_scales, read_model_plate, scaled
 from amortized_pyro.autoguides.structure import global_sites_model, local_init, read_structure
 from amortized_pyro.errors import GuideError
 from amortized_pyro.support.streams import outside_the_stream
@@ -75,12 +77,16 @@ class AutoLocalGuide(Measured, AutoGuide):
         datapoints, dim: :mod:`.plates`, by running the model up to its first local site), so that a guide
         trained on minibatches serves the whole data set, new data of any size and ``Predictive``. As a part of
         Pyro's ``AutoGuideList`` the guide takes the list's plates: give the list ``create_plates`` for data of
-        another size than the first call's (a list's plate that is not the model's is refused in one line).
+        another size than the first call's, or for a model that gives its plate's indices (``subsample=idx``; a
+        list's plate that is not the model's, in size or rows, is refused in one line).
 
+    The guide's sites take the scale the model gives its own (a ``poutine.scale`` inside the model, a KL warm-up:
+    :mod:`.plates`), as a guide written by hand scales its body: call it under no ``poutine.scale`` of the model's.
     The whole model is run once, at the first call (the prototype), and up to its first local site at each
-    call after (without ``create_plates``). Pickling keeps the model where the guide needs it and the model
-    pickles (a module-level function, a module); a guide pickled without it (a closure, a lambda) says so in
-    one line at its first call, and ``guide.model = model`` gives it back.
+    call after (with ``create_plates``: under Pyro's validation, or where the model scales its sites). Pickling
+    keeps the model where the guide needs it and the model pickles (a module-level function, a module); a guide
+    pickled without it (a closure, a lambda) says so in one line at its first call, and ``guide.model = model``
+    gives it back.
     """
 
     def __init__(self, model, *, plate="data", init_loc_fn=init_to_feasible, init_scale=DEFAULT_INIT_SCALE,
@@ -101,6 +107,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         self.plate, self.init_scale, self.global_kind = plate, float(init_scale), "own" if own else global_guide
         self._user_plates, self.init_loc_fn, self.local_mask = create_plates, init_loc_fn, local_mask
         self.structure, self.init_locs, self.call_plate, self._without_model = None, None, None, None
+        self.call_scales, self._scaled_model = (1.0, 1.0), False  # the model's (global, local) scales in this call
         self.q_theta = global_guide if own else None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
         self.flow_transforms, self.flow_width, self.local_flow = flow, flow_width, None
@@ -124,6 +131,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         with outside_the_stream(*devices):  # the model's prototype draws leave the random streams as they were
             full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # the one model run
             self.structure = read_structure(full, self.plate)
+            self._scaled_model = prototype_scales(full, self.structure)
             self.prototype_trace = full.copy()  # AutoGuide's: the latent sites only
             for name, site in list(full.nodes.items()):
                 if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
@@ -180,8 +188,9 @@ class AutoLocalGuide(Measured, AutoGuide):
 
     def keeps_model(self):
         """Whether the guide needs its model after pickling: to read the model's plate at each call (no
-        ``create_plates``); a family may need it for more (SA-VI, IA-VI: their local ELBO)."""
-        return self._user_plates is None
+        ``create_plates``) or its scales (a model that scales its sites); a family may need it for more (SA-VI,
+        IA-VI: their local ELBO)."""
+        return self._user_plates is None or self._scaled_model
 
     def _indices(self, plates, args, kwargs):
         """This call's datapoints among the plate's full size: the data plate's subsample indices."""
@@ -203,10 +212,9 @@ class AutoLocalGuide(Measured, AutoGuide):
     def _create_plates(self, *args, **kwargs):
         if self.master is not None:  # a part of an AutoGuideList: its plates (Pyro's protocol)
             self.plates, self.call_plate = self.master().plates, None
-            if self.master().create_plates is None:  # the list made the data plate at the prototype's size
-                self._read_plate(args, kwargs).check(self.plate, self.plates[self.plate], "give the AutoGuideList "
-                                                     "create_plates=a function of the model's arguments returning "
-                                                     "the model's plate")
+            self._follow(self.plates[self.plate], self.master().create_plates is None, args, kwargs,  # its own rows
+                         "give the AutoGuideList create_plates=a function of the model's arguments returning the "
+                         "model's plate")
             return self.plates
         return super()._create_plates(*args, **kwargs)
 
@@ -214,7 +222,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         plates = self._user_plates(*args, **kwargs) if self._user_plates is not None else []
         return [plates] if isinstance(plates, pyro.plate) else list(plates)
 
-    def _read_plate(self, args, kwargs, to_local_site=True):
+    def _read_plate(self, args, kwargs):
         """The model's data plate in this call (:func:`~.plates.read_model_plate`)."""
         values = getattr(self, "_prototype_values", None)
         if values is None:  # read once: the prototype's latent values the read replays
@@ -222,25 +230,35 @@ class AutoLocalGuide(Measured, AutoGuide):
                                                for name, site in self.prototype_trace.iter_stochastic_nodes()}
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # a site the read does not replay (hidden from it) draws: left unseen
-            return read_model_plate(self.model, self.structure, values, args, kwargs, to_local_site)
+            return read_model_plate(self.model, self.structure, values, args, kwargs)
 
     def _plates_of_call(self, *args, **kwargs):
         """AutoGuide's ``create_plates``: the user's plates, and the data plate as the model makes it in this
-        call where the user gives none (checked against the model's under Pyro's validation where given)."""
+        call where the user gives none (a given one: :meth:`_follow`); the model's scale read with it."""
         plates = self._listed_plates(args, kwargs)
         given = next((p for p in plates if p.name == self.plate), None)
-        if given is None:  # under validation read to the first local site: its plate's dim and mask checked
-            validating = is_validation_enabled()
-            self.call_plate = self._read_plate(args, kwargs, to_local_site=validating)
+        if given is None:
+            self.call_plate = self._read_plate(args, kwargs)
             plates.append(self.call_plate.plate(self.plate))
-            if validating:  # a mask all true at the prototype may not be in this call (a host sync)
+            self.call_scales = self.call_plate.scales
+            if is_validation_enabled():  # a mask all true at the prototype may not be in this call (a host sync)
                 check_unmasked(self.call_plate.site, self.call_plate.node, self.local_mask)
         else:
             self.call_plate = None
-            if is_validation_enabled():
-                self._read_plate(args, kwargs).check(self.plate, given, "give create_plates the model's plate, or "
-                                                     "none (the guide then reads it)")
+            self._follow(given, False, args, kwargs, "give create_plates the model's plate, or none (the guide then "
+                                                     "reads it)")
         return plates
+
+    def _follow(self, given, always, args, kwargs, fix):
+        """A given data plate checked against the model's (its size, dim and datapoints, :meth:`.ModelPlate.check`)
+        ``always`` or under Pyro's validation, the model's scales read then and wherever the model scaled its latent
+        sites at the prototype; else the guide's sites take their plates' scales alone (no read)."""
+        checking, self.call_scales = always or is_validation_enabled(), (1.0, 1.0)
+        if checking or self._scaled_model:
+            read = self._read_plate(args, kwargs)
+            if checking:
+                read.check(self.plate, given, fix)
+            self.call_scales = read.scales
 
     # ---- what a family provides ---------------------------------------------------------------------------
     def _setup_local(self, indices, args, kwargs, device):
@@ -259,8 +277,13 @@ class AutoLocalGuide(Measured, AutoGuide):
         if self.prototype_trace is None:
             self._setup_prototype(*args, **kwargs)
         plates = self._create_plates(*args, **kwargs)
+        if any(not (isinstance(s, float) and s == 1.0) for s in self.call_scales) and any(
+                isinstance(handler, ScaleMessenger) for handler in _PYRO_STACK):  # the pattern this replaced
+            raise GuideError("the model scales its latent sites (poutine.scale) and the guide gives its own the same "
+                             "scale: call it under no poutine.scale, which would scale them twice")
         normal = self.local_normal()
-        result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
+        with scaled(self.call_scales[0]):  # the model's poutine.scale, as a guide written by hand has it in its body
+            result = self.q_theta(*args, **kwargs) if self.q_theta is not None else {}
         indices = self._indices(plates, args, kwargs)
         loc, scale, terms = self.factor_with_terms(indices, args, kwargs, result)
         if is_validation_enabled():  # a host sync, as Pyro's own argument checks
@@ -268,7 +291,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         locs, scales = self.structure.split(loc), self.structure.split(scale)
         masks = self.site_masks(args, kwargs, loc.shape[-2])
         flow = self.local_flow  # once: a PyroModule registers a child module's parameters at each access
-        with plates[self.plate]:
+        with plates[self.plate], scaled(self.call_scales[1]):  # the model's poutine.scale beyond the plate's N/B
             if flow is not None:
                 result.update(flow_draws(self.structure, flow, loc, scale, self.flow_context(indices, args, kwargs)))
             for site in self.structure.locals if flow is None else ():
@@ -276,7 +299,8 @@ class AutoLocalGuide(Measured, AutoGuide):
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
                                                 else q.mask(masks[site.name]))
-            if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim
+        if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim
+            with plates[self.plate]:
                 terms = self._terms_at_plate(terms, result)
                 pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)
         return result

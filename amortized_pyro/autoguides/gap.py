@@ -48,7 +48,8 @@ class TracedPosterior:
         self.guide, self.args, self.kwargs, self.seen, self.draws = guide, args, kwargs, seen, draws
         self.stacked = stacked
         self.indices = guide.indices_of(*args, **kwargs)
-        self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=stacked, draws=draws)
+        self.log_joint = LocalJoint(model, guide.structure, args, kwargs, self.indices, stacked=stacked, draws=draws,
+                                    steady=True)
         kept = guide.coordinate_mask(args, kwargs, len(self.indices))
         if kept is not None:  # the model's masked coordinates: a standard Normal reference, as the guide's own steps
             self.log_joint = MaskedJoint(self.log_joint, kept)
@@ -108,7 +109,9 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     guide of :mod:`amortized_pyro.autoguides` (its parameters are not changed), on the model's local posterior
     (:func:`local_posterior`).
 
-    :param model: the Pyro model the guide was built from.
+    :param model: the Pyro model the guide was built from, every latent site of it one the guide covers (an
+        enumerated discrete site summed out by hand): a latent site left, or a draw no trace shows (a site hidden
+        by ``poutine.block``), is refused in one line (:mod:`.local_joint`), never counted at a prior draw.
     :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`.
     :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()); its
         ``seed`` keys every draw unless ``seed`` is given (``paired`` has nothing to pair here: the caller

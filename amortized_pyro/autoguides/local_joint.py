@@ -5,15 +5,28 @@
 summed over every site inside the data plate (the local latents and the observations there), kept per
 plate element, and over the observations in a plate of their own that each depend on one datapoint (the
 radon layout: per-group intercepts in plate "groups", observations in plate "obs" indexed by their group),
-each added to its datapoint's term. Which datapoint an observation depends on is read once per call off the
-model by forward-mode differentiation (:meth:`LocalJoint._stray_rows`: directional derivatives of the
-observations' log-densities along every datapoint alike, along each datapoint scaled by its position and by
-its square: the ratios are the position and its square where an observation depends on one datapoint, and
-disagree where it depends on several, which is refused in one line). With the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the
-per-datapoint optimizers of :mod:`amortized_pyro.local.optimize` and the estimators of :mod:`amortized_pyro.local.gaps`
-work unchanged on any model. Sites outside the plate (θ, global observations) do not depend on z_n: left out.
-Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up, tempering),
-are left out, so the gap is that of the untempered per-datapoint ELBO.
+each added to its datapoint's term. Sites outside the plate (θ, global observations) do not depend on z_n: left
+out. Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up,
+tempering), are left out, so the gap is that of the untempered per-datapoint ELBO. With the Jacobian term a
+Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the per-datapoint optimizers of
+:mod:`amortized_pyro.local.optimize` and the estimators of :mod:`amortized_pyro.local.gaps` work unchanged on any
+model.
+
+**Which datapoint an observation depends on** is read once per call off the model by forward-mode
+differentiation (:meth:`LocalJoint._stray_rows`) at one point: D_0, the derivative of each observation's
+log-density along weights w per datapoint and coordinate (in [1, 2), a fixed seed: along ones, a contrast
+z_n0 − z_n1 has none; along w, Σ_c ∂log p/∂u_nc w_nc is 0 with probability 0), and D_k along w scaled per
+datapoint n by 2^(e_k(n)), e_k(n) the k-th base-32 digit of n less 16: a power of 2 scales every rounding
+exactly, so one datapoint's observation has D_k / D_0 = 2^(e_k(n)) exactly, several datapoints' a mean of their
+2^e that is none; 1 + ⌈log_32 B⌉ passes (2 up to 32 datapoints, 3 up to 1,024). An observation of several
+datapoints is refused in one line; unmasked observations of none (every D zero) are said in one line
+(:class:`ObservationsOfNoDatapoint`) and count in no datapoint's term.
+
+**Never a prior draw.** Every site the guide covers is conditioned in the trace; a latent site left (one the
+guide was not built on; a discrete site enumerated for TraceEnum_ELBO, which sums it out) would count at a draw
+of its prior: refused in one line. The gap's entry points (``steady=True``) also run the model twice at the same
+values once per call and refuse a log joint that differs: a draw no trace shows (a site hidden by
+``poutine.block``, torch's own random numbers, dropout in training mode).
 
 **Draws.** The estimators evaluate many draws (θ draws × z draws, or particles) at once: ``draws="stacked"``
 runs the model once with the draws as one batch dimension left of all its plates, which needs a model that is
@@ -36,11 +49,16 @@ from pyro.poutine.util import site_is_subsample
 from amortized_pyro.errors import AmortizedPyroError, GuideError
 
 DRAWS = ("auto", "stacked", "one-at-a-time")
+CODE = 32  # datapoint n's k-th digit in base CODE, less CODE // 2, is the power of 2 of its tangent in pass k
 _UNSAFE = {}  # id(structure) → (a weak reference to it, the models whose stacked call failed with it)
 
 
 class NotBroadcastSafe(UserWarning):
     """The model failed on draws stacked left of its plates: its log joint is evaluated one draw at a time."""
+
+
+class ObservationsOfNoDatapoint(UserWarning):
+    """Observations in a plate of their own that depend on no datapoint's latents: in no datapoint's log joint."""
 
 
 def check_draws(draws):
@@ -82,13 +100,15 @@ class LocalJoint:
         or ``"one-at-a-time"``.
     :param bool observed: the log-likelihood alone, log p(x_n | z_n, θ) (the observed sites; no prior term,
         no Jacobian): the per-datapoint log-likelihood that PSIS-LOO reads (:mod:`.inference_data`).
+    :param bool steady: at the first call, run the model twice at the same values and refuse a log joint that
+        differs (module docstring): two model calls per instance, which the gap's entry points spend.
     """
 
     def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto",
-                 observed=False):
+                 observed=False, steady=False):
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
         self.indices, self.stacked, self.draws = indices, stacked, check_draws(draws)
-        self.observed = observed
+        self.observed, self.steady = observed, steady
         self.latent_names = {site.name for site in structure.locals} | set(structure.globals)
         self.stray_rows = None  # observed site → the datapoint each observation depends on (-1: none), per call
 
@@ -98,9 +118,11 @@ class LocalJoint:
         # the leading dimensions of u become one batch dimension of ``draws`` left of all the model's plates
         # (no plate: a guide's particle plate may hold that dim while SA-VI refines inside the guide)
         flat = u.reshape((draws, batch, self.structure.size))
-        if self.structure.stray_observations and self.stray_rows is None:  # once per call's datapoints
-            self.stray_rows = self._stray_rows(batch, {name: self._one_draw(name, value, 0, draws)
-                                                       for name, value in theta.items()})
+        if self.stray_rows is None:  # once per call's datapoints, at the first draw
+            plain = {name: self._one_draw(name, value, 0, draws) for name, value in theta.items()}
+            self.stray_rows = self._stray_rows(batch, plain) if self.structure.stray_observations else {}
+            if self.steady:
+                self._refuse_hidden_draws(flat[0].detach(), plain)
         if self.draws == "one-at-a-time" or (self.draws == "auto" and _known_unsafe(self.model, self.structure)):
             return self._one_at_a_time(flat, theta, lead)
         globals_ = {name: self._with_draws(name, value, lead) for name, value in theta.items()}
@@ -136,32 +158,48 @@ class LocalJoint:
     def _stray_rows(self, batch, theta):
         """observed site outside the plate → LongTensor [M]: the datapoint (row of the call's B) each of its M
         observations depends on, -1 where none; read by forward-mode differentiation at one plain draw ``theta``
-        (module docstring); one line of :class:`GuideError` where an observation depends on several."""
+        (module docstring); one line of :class:`GuideError` where an observation depends on several, of
+        :class:`ObservationsOfNoDatapoint` where unmasked ones depend on none."""
         device = (self.indices.device if self.indices is not None  # the plate's, as the data's
                   else next((v.device for v in theta.values()), torch.device("cpu")))
-        point = 0.5 * torch.randn(batch, self.structure.size, generator=torch.Generator().manual_seed(0)).to(device)
-        position = torch.arange(1, batch + 1, dtype=point.dtype, device=device).unsqueeze(-1).expand_as(point)
-        derivatives = []
-        for tangent in (torch.ones_like(point), position, position ** 2):
+        generator, size = torch.Generator().manual_seed(0), self.structure.size
+        point = 0.5 * torch.randn(batch, size, generator=generator).to(device)
+        weights = (1.0 + torch.rand(batch, size, generator=generator)).to(device)
+        passes = next(k for k in range(1, 64) if CODE ** k >= batch)
+        digits = [(torch.arange(batch, device=device) // CODE ** k) % CODE - CODE // 2 for k in range(passes)]
+        derivatives = []  # per pass: site → D [M]
+        for tangent in [weights] + [weights * torch.exp2(e.to(point.dtype)).unsqueeze(-1) for e in digits]:
             with fwAD.dual_level():
                 trace, _ = self._trace(fwAD.make_dual(point, tangent), theta, None)
-                derivatives.append({name: fwAD.unpack_dual(self._stray_log_p(trace.nodes[name])).tangent
-                                    for name in self.structure.stray_observations})
+                duals = {name: fwAD.unpack_dual(self._stray_log_p(trace.nodes[name]))
+                         for name in self.structure.stray_observations}
+            derivatives.append({name: (torch.zeros_like(d.primal) if d.tangent is None else d.tangent).reshape(-1)
+                                for name, d in duals.items()})
         rows = {}
         for name in self.structure.stray_observations:
-            along_all, along_position, along_square = (d[name] for d in derivatives)
-            if along_all is None:  # no observation depends on a datapoint
-                rows[name] = None
-                continue
-            depends = along_all.abs() > 1e-6 * along_all.abs().max().clamp(min=1e-30)
-            divisor = torch.where(depends, along_all, 1.0)
-            ratio = torch.where(depends, along_position / divisor, 0.0)  # the position, where one datapoint
-            square = torch.where(depends, along_square / divisor, 0.0)  # its square, where one datapoint
-            if ((square - ratio ** 2).abs() > 1e-3 * ratio ** 2).any() or (ratio.round() > batch).any():
+            along, *scaled = (d[name] for d in derivatives)
+            touched = torch.stack([along] + scaled).ne(0).any(0)
+            single, row = along.ne(0), torch.zeros_like(along, dtype=torch.long)
+            for k, d in enumerate(scaled):  # D_k / D_0 = 2^(the k-th digit of n's, less CODE / 2) for one datapoint n
+                ratio = d / torch.where(single, along, 1.0)
+                exponent = torch.log2(ratio).round()  # NaN where the ratio is ≤ 0: not one datapoint
+                # exact on deterministic kernels; 1e-5 leaves room for a device's sums in another order
+                single &= ((ratio / torch.exp2(exponent) - 1).abs() <= 1e-5) \
+                    & (exponent >= -(CODE // 2)) & (exponent < CODE // 2)
+                row += (exponent.nan_to_num() + CODE // 2).clamp(0, CODE - 1).long() * CODE ** k
+            if (touched & ~(single & (row < batch))).any():
                 raise GuideError("the observed site %r sits in another plate than %r and an observation of it "
                                  "depends on several of its datapoints: give the log joint by hand"
                                  % (name, self.structure.plate))
-            rows[name] = torch.where(depends, ratio.round().long() - 1, -1).reshape(-1)
+            rows[name] = torch.where(touched, row, -1)
+            mask = trace.nodes[name]["mask"]
+            alone = int((~touched & torch.as_tensor(True if mask is None else mask, device=device)
+                         .expand(duals[name].primal.shape).reshape(-1)).sum())
+            if alone:
+                warnings.warn("%d of %d observations of the site %r depend on no datapoint's latents (of plate %r): "
+                              "their terms are in no datapoint's log joint"
+                              % (alone, len(along), name, self.structure.plate), ObservationsOfNoDatapoint,
+                              stacklevel=3)
         return rows
 
     def _stray_log_p(self, site):
@@ -170,6 +208,18 @@ class LocalJoint:
         if site["mask"] is not None:
             log_p = torch.where(torch.as_tensor(site["mask"], device=log_p.device), log_p, torch.zeros_like(log_p))
         return log_p
+
+    def _refuse_hidden_draws(self, u, theta):
+        """One line of :class:`GuideError` where two model calls at the same values u [B, size] and ``theta``
+        give log joints that differ: the model draws what its trace does not show (module docstring)."""
+        with torch.no_grad():
+            first, second = self._run(u, theta, None), self._run(u, theta, None)
+        if not torch.allclose(first, second, rtol=1e-5, atol=1e-4, equal_nan=True):
+            raise GuideError("the model's log joint at the same values changes from call to call (by up to %.3g "
+                             "nats): it draws what its trace does not show (a site hidden by poutine.block, torch's "
+                             "own random numbers, dropout in training mode), which the log joint would hold at a "
+                             "draw; give a model whose every draw is a site the guide covers or one summed out by "
+                             "hand" % (first - second).abs().nan_to_num(float("inf")).max().item())
 
     def _trace(self, u, globals_, draws):
         """The model's trace at local values u (see :meth:`_run`) and the Jacobian's log-determinant [rows, B]."""
@@ -187,6 +237,7 @@ class LocalJoint:
             data[structure.plate] = self.indices
         with poutine.block():
             trace = poutine.trace(poutine.condition(self.model, data=data)).get_trace(*self.args, **self.kwargs)
+        structure.refuse_uncovered(trace)
         return trace, log_det
 
     def _particles(self, name, value, draws):
@@ -245,8 +296,7 @@ class LocalJoint:
             log_p = log_p.sum(others) if others else log_p
             total = total + log_p.expand(draws, batch)
         for name, rows in (self.stray_rows or {}).items():  # observations in a plate of their own: to their row
-            if rows is not None:
-                total = total + self._scattered(trace.nodes[name], rows, draws, batch)
+            total = total + self._scattered(trace.nodes[name], rows, draws, batch)
         return total
 
     def _scattered(self, site, rows, draws, batch):

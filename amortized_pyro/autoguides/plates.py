@@ -15,8 +15,18 @@ the model, under ``poutine.block`` (nobody sees its sites), up to its first loca
                                         ``poutine.block``, draws without moving them)
     the first local site                its data plate's frame (the plate's dim): stop
 
-Without Pyro's validation the read stops at the plate's subsample site instead, the plate's dim taken from the
-prototype's trace: the same plate where the model's plate keeps its dim from call to call (what validation checks).
+The read takes the same path whatever Pyro's validation flag: it stops at the first local site, whose message
+(as the model's own handlers made it; the guide's callers' handlers never see it) gives the plate's dim and the
+site's scale, the plate's N/B times any ``poutine.scale`` of the model's around it (a KL warm-up, as Pyro's
+examples/dmm.py anneals); the first global site it replays gives the model's scale of its global sites. The
+guide gives its sites those scales, as a guide written by hand puts the model's ``poutine.scale`` in its own body
+(:attr:`ModelPlate.scales`, beyond the plates' N/B, which the guide's plates give): a float or a tensor, per
+datapoint too where the model gives its plate's indices (a plate that draws its own minibatch is refused there,
+its rows unknown to the read). A ``poutine.scale`` around the guide's call multiplies them, as Pyro's handlers
+compose: the guide is not called under the model's scale again. The read sees the first of each only:
+:func:`prototype_scales` refuses, at the guide's first call, a model whose local sites' scales, or whose global
+sites' scales, differ then (the guide gives one scale to each part), or that scales global sites it draws only
+after its first local site; scales that part only after that call are not seen.
 
 Options weighed (docs/your-model.md says the same): reading the size off the arguments by matching values
 (the design this replaces) cannot be right in general; running the whole model in the guide, as Pyro's
@@ -25,11 +35,14 @@ first local site (its priors' construction: bench/builder_step.py measures it) a
 call, so a pickled guide keeps its model where the model pickles.
 
 The guide's plate is then the model's, so its scale N/B is the model's. Where the plate is given instead (a
-user's ``create_plates``, an ``AutoGuideList``'s plates), :meth:`ModelPlate.check` compares it with the model's
-(under Pyro's validation, ``pyro.enable_validation``, on by default; in a list, always) and raises where they
-differ. What no guide can check from inside: a ``poutine.scale`` the model applies to its local sites, which the
-guide must be given alike (called under the same ``poutine.scale``, as Pyro's examples/dmm.py anneals).
+user's ``create_plates``, an ``AutoGuideList``'s plates), :meth:`ModelPlate.check` compares it with the model's,
+its datapoints too where the model gives its plate's indices (``subsample=idx``), and raises where they differ:
+under Pyro's validation (``pyro.enable_validation``, on by default), and always where the list made the plate
+itself (its own random rows). The model's scales are read then, and at every call of a model that scaled its
+latent sites at the guide's first call; without validation, a model that did not scale them at that call is not
+read: a scale it takes up later is not seen there.
 """
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -42,31 +55,28 @@ from pyro.poutine.util import site_is_subsample
 from amortized_pyro.errors import GuideError
 
 class _ReadStopped(Exception):
-    """Raised inside the model where the read stops: at its first local site (that site's message, as the model's
-    own handlers made it), or at the plate's subsample site where the read stops there (None)."""
+    """Raised inside the model at its first local site: that site's message, as the model's own handlers made it."""
 
     def __init__(self, msg):
-        super().__init__(msg and msg["name"])
+        super().__init__(msg["name"])
         self.msg = msg
 
 
 class _ToThePlate(Messenger):
-    """Runs a model up to its first local latent site of ``plate`` (``local_names``; with ``to_local_site=False``
-    up to the plate's own subsample site), recording the data plate's subsample site on the way and giving every
-    latent site before it the prototype's value (``values``).
-    A messenger of its own, not ``poutine.escape``: it records one site and stops at another."""
+    """Runs a model up to its first local latent site of ``plate`` (``local_names``), recording the data plate's
+    subsample site and the first global latent site's message on the way and giving every latent site before it
+    the prototype's value (``values``).
+    A messenger of its own, not ``poutine.escape``: it records sites and stops at another."""
 
-    def __init__(self, plate, local_names, values, to_local_site=True):
+    def __init__(self, plate, local_names, values):
         super().__init__()
-        self.plate, self.local_names, self.values, self.subsample = plate, local_names, values, None
-        self.to_local_site = to_local_site
+        self.plate, self.local_names, self.values = plate, local_names, values
+        self.subsample, self.first_global = None, None
 
     def _pyro_sample(self, msg):
         if site_is_subsample(msg):
             if msg["name"] == self.plate:
                 self.subsample = (msg["fn"], msg["value"])
-                if not self.to_local_site:
-                    raise _ReadStopped(None)
             if msg["value"] is None:  # a plate that draws its minibatch: its first rows, nothing drawn
                 fn = msg["fn"]
                 rows = fn.size if fn.subsample_size is None else min(fn.subsample_size, fn.size)
@@ -74,17 +84,21 @@ class _ToThePlate(Messenger):
             return
         if msg["name"] in self.local_names:
             raise _ReadStopped(msg)
-        if not msg["is_observed"] and msg["value"] is None and msg["name"] in self.values:
-            msg["value"] = self.values[msg["name"]]
+        if not msg["is_observed"] and msg["name"] in self.values:
+            if self.first_global is None:
+                self.first_global = msg
+            if msg["value"] is None:
+                msg["value"] = self.values[msg["name"]]
 
 
 @dataclass
 class ModelPlate:
     """The data plate of one model call, as the model made it: ``size`` (N), ``subsample_size`` (B),
     ``subsample`` (the indices the model gave, or None: every datapoint, or a minibatch the plate draws),
-    ``device``, and at the first local site ``site`` (its name), the plate's ``dim`` there and the site's
-    ``node`` (its mask and distribution: whether the model masks it in this call); where the read stopped at the
-    plate (``node`` None), ``site`` and ``dim`` are the prototype call's."""
+    ``device``, and at the first local site ``site`` (its name), the plate's ``dim`` there, the site's ``node``
+    (its mask and distribution: whether the model masks it in this call); ``scales``: the model's scale of its
+    global sites and of its local sites beyond their plates' N/B (1.0 where the model adds none: poutine.scale),
+    a float or a tensor each."""
 
     size: int
     subsample_size: int
@@ -93,6 +107,7 @@ class ModelPlate:
     site: str
     dim: int
     node: dict
+    scales: tuple
 
     @property
     def covers_all(self):
@@ -108,28 +123,79 @@ class ModelPlate:
 
     def check(self, name, plate, fix):
         """One line of :class:`GuideError` where the guide's ``plate`` (a ``pyro.plate``) is not the model's: its
-        size, subsample size or dim (its scale N/B follows from the first two); ``fix``: what the user can do."""
+        size, subsample size or dim (its scale N/B follows from the first two), or, where the model gives its
+        plate's indices, its datapoints (compared on the device, a host sync, unless they are the model's very
+        tensor: a ``create_plates`` that passes the model's ``idx`` on); ``fix``: what the user can do."""
         theirs = (plate.size, plate.subsample_size, plate.dim)
         ours = (self.size, self.subsample_size, self.dim if plate.dim is not None else None)
         if theirs != ours:
             raise GuideError("the guide's plate %r (%s) is not the model's at its site %r (%s): %s"
                              % (name, _described(*theirs), self.site, _described(*ours[:2], self.dim), fix))
+        given = plate.indices
+        if self.subsample is not None and given is not self.subsample:
+            mine = torch.as_tensor(self.subsample)
+            if not torch.equal(torch.as_tensor(given).to(mine.device), mine):
+                raise GuideError("the guide's plate %r takes other datapoints (%s) than the model gives its plate at "
+                                 "its site %r (%s): %s" % (name, _rows(given), self.site, _rows(mine), fix))
 
 
 def _described(size, subsample_size, dim):
     return "size %d, %d datapoints%s" % (size, subsample_size, "" if dim is None else ", dim %d" % dim)
 
 
-def read_model_plate(model, structure, values, args, kwargs, to_local_site=True):
+def _rows(indices):
+    rows = torch.as_tensor(indices).tolist()
+    return "rows " + ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+
+
+def _scale_text(scale):
+    if torch.is_tensor(scale) and scale.numel() > 1:
+        return "a tensor of shape %s" % tuple(scale.shape)
+    return "%g" % float(scale)
+
+
+def beyond_plates(site):
+    """A site's scale (its message's, or its trace node's) beyond its plates' N/B: the model's ``poutine.scale``."""
+    scale = site["scale"]
+    for frame in site["cond_indep_stack"]:
+        scale = scale / ((frame.full_size or frame.size) / frame.size)  # as Pyro multiplies, plate by plate
+    return scale
+
+
+def scaled(scale):
+    """``poutine.scale(scale)``, or nothing where ``scale`` is the float 1.0 (no handler where the model adds none)."""
+    return contextlib.nullcontext() if isinstance(scale, float) and scale == 1.0 else poutine.scale(scale=scale)
+
+
+def prototype_scales(trace, structure):
+    """Whether the model, in the trace of the guide's first call (every site), scales its latent sites beyond
+    their plates' N/B (``poutine.scale``); one line of :class:`GuideError` where its local sites' scales differ,
+    or its global sites' (the guide reads the first of each at each call and gives it to all), or where it scales
+    global sites it draws after its first local site (the read stops there)."""
+    names = list(structure.globals), [site.name for site in structure.locals]
+    scales = [[beyond_plates(trace.nodes[name]) for name in part] for part in names]
+    for part, values in zip(names, scales):
+        for name, value in zip(part[1:], values[1:]):
+            if not bool((torch.as_tensor(value) == torch.as_tensor(values[0])).all()):  # once, at the prototype
+                raise GuideError("the model scales its %s sites %r (%s) and %r (%s) differently: the guide gives "
+                                 "them one scale; scale them alike, or guide them in builders of their own (an "
+                                 "AutoGuideList)" % ("global" if part is names[0] else "local", part[0],
+                                                     _scale_text(values[0]), name, _scale_text(value)))
+    scaled_model = [bool(values) and (torch.is_tensor(values[0]) or values[0] != 1.0) for values in scales]
+    order = list(trace.nodes)
+    if scaled_model[0] and order.index(names[0][0]) > order.index(names[1][0]):
+        raise GuideError("the model scales its global site %r (%s) but draws it after its first local site %r, "
+                         "where the guide's read of each call stops: draw it before the data plate"
+                         % (names[0][0], _scale_text(scales[0][0]), names[1][0]))
+    return any(scaled_model)
+
+
+def read_model_plate(model, structure, values, args, kwargs):
     """The :class:`ModelPlate` of the data plate ``structure.plate`` in the call ``model(*args, **kwargs)``,
     read by running the model up to its first local site (module docstring); ``values``: site → the prototype
-    call's value of each latent site (replayed where the model reaches one before its plate). With
-    ``to_local_site=False`` the run stops at the plate's own subsample site (its size, subsample size and indices)
-    and the plate's dim and first local site are the prototype's (``structure``), the site's node left unread
-    (None): the guide's call without Pyro's validation (the plate's construction and the site's distribution
-    not run: 0.3 % of a VAE's step, ``bench/builder_step.py``)."""
+    call's value of each latent site (replayed where the model reaches one before its plate)."""
     names = {site.name for site in structure.locals}
-    reader = _ToThePlate(structure.plate, names, values, to_local_site)
+    reader = _ToThePlate(structure.plate, names, values)
     try:
         with poutine.block(), reader:
             model(*args, **kwargs)
@@ -144,9 +210,12 @@ def read_model_plate(model, structure, values, args, kwargs, to_local_site=True)
     fn, subsample = reader.subsample
     subsample_size = len(subsample) if subsample is not None else (fn.size if fn.subsample_size is None
                                                                    else min(fn.subsample_size, fn.size))
-    if msg is None:
-        return ModelPlate(fn.size, subsample_size, subsample, fn.device, structure.locals[0].name, structure.dim,
-                          None)
+    local = beyond_plates(msg)
+    if torch.is_tensor(local) and local.numel() > 1 and subsample is None and subsample_size < fn.size:
+        raise GuideError("the model scales its local site %r per datapoint (%s) in a plate %r that draws its own "
+                         "minibatch, whose rows the guide cannot read: give the plate subsample=idx"
+                         % (msg["name"], _scale_text(local), structure.plate))
     frame = next(f for f in msg["cond_indep_stack"] if f.name == structure.plate)
     node = {"mask": msg["mask"], "fn": msg["fn"]}
-    return ModelPlate(fn.size, subsample_size, subsample, fn.device, msg["name"], frame.dim, node)
+    scales = (1.0 if reader.first_global is None else beyond_plates(reader.first_global), local)
+    return ModelPlate(fn.size, subsample_size, subsample, fn.device, msg["name"], frame.dim, node, scales)

@@ -7,6 +7,8 @@
 
 and :data:`AUTOGUIDES`, every builder by family name.
 """
+import torch
+
 from amortized_pyro.autoguides.factors import REFINE_GRADS, IterativeFactor, SemiAmortizedFactor
 from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
 from amortized_pyro.autoguides.local_joint import LocalJoint
@@ -17,6 +19,9 @@ from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 from amortized_pyro.local.partial import DEFAULT_DRAWS, check_score
 from amortized_pyro.local.steppers import outside_the_trace
 from amortized_pyro.support.streams import outside_the_stream
+
+# what Pyro's argument checks and torch's samplers say of values that are not finite
+NOT_FINITE = ("Expected parameter", "inf", "nan")
 
 
 class _OnTheLocalElbo(AutoAmortizedNormal):
@@ -44,7 +49,18 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
     def factor_with_terms(self, indices, args, kwargs, theta):
         # torch.jit.trace cannot trace the steps' autograd.grad: under it (JitTrace_ELBO) they run as one Python
         # node of the trace, on each call's own tensors (outside_the_trace says why and how)
-        return outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+        try:
+            return outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+        except (ValueError, RuntimeError) as error:  # the model's or torch's check of values that are not finite
+            text = str(error)
+            if not any(sign in text for sign in NOT_FINITE):
+                raise
+            with torch.no_grad():  # the encoder's own factor: named in one line where it is not finite
+                self.check_finite(*self.q_z.encoder(self.encoder_data(indices, args, kwargs)))
+            raise GuideError("the %s guide's steps on the local ELBO, from a finite factor of %s, reached values "
+                             "the model refuses (%s): try a smaller lr= of the steps, fewer steps or a smaller "
+                             "learning rate" % (self.family, ", ".join(repr(s.name) for s in self.structure.locals),
+                                                text.splitlines()[0].split(", but found")[0][:160])) from None
 
     def _joint(self, indices, args, kwargs, theta):
         joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,

@@ -14,7 +14,7 @@ import torch
 from torch.distributions import biject_to
 
 import pyro
-from pyro.poutine.util import prune_subsample_sites
+from pyro.poutine.util import prune_subsample_sites, site_is_subsample
 
 from amortized_pyro.errors import GuideError
 
@@ -60,6 +60,21 @@ class Structure:
     def size(self):
         """The length of the flat unconstrained per-datapoint vector u_n."""
         return self.locals[-1].stop
+
+    def refuse_uncovered(self, trace):
+        """One line of :class:`GuideError` at a latent site of ``trace``, a trace of a model with every local and
+        global site conditioned: a site the guide does not cover, which a log joint would count at a prior draw."""
+        for name, site in trace.nodes.items():
+            if site["type"] != "sample" or site["is_observed"] or site_is_subsample(site):
+                continue
+            if site["fn"].support.is_discrete or site["infer"].get("enumerate"):
+                raise GuideError("the model's site %r is a discrete latent site the guide does not cover: the log "
+                                 "joint would hold a draw of its prior, not its sum as TraceEnum_ELBO takes it; "
+                                 "measure with a model where it is summed out by hand (poutine.block draws it "
+                                 "unseen)" % name)
+            raise GuideError("the model's latent site %r is not one of the guide's (%s): the log joint would hold a "
+                             "draw of its prior; measure with a model whose every latent site the guide covers"
+                             % (name, ", ".join([local.name for local in self.locals] + sorted(self.globals))))
 
     def batch_shape(self, batch):
         """The shape a local value's batch takes for ``batch`` datapoints: [batch] at the plate's dim."""

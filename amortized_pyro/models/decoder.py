@@ -16,7 +16,7 @@ minibatch ELBO is an unbiased estimate of the full-data ELBO, with the θ terms 
 scores all N latents, unscaled, and only the minibatch's likelihood, scaled by N/B (still unbiased).
 
 KL warm-up: with a ``kl_scale`` β (a 0-dim tensor), the latent sites θ and z sit under
-``poutine.scale(β)`` in model and guide alike, so the objective becomes
+``poutine.scale(β)`` in the model, and the guide's builders read it and scale theirs alike, so the objective becomes
 E_q[log p(x | z, θ)] − β [KL(q(θ) ‖ p(θ)) + Σ_n KL(q(z_n) ‖ p(z_n))], the ELBO at β = 1.
 """
 import contextlib

@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 import pyro
-from pyro import poutine
 
 from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS
 from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
@@ -114,8 +113,9 @@ class StudyGuide(LocalModule):
     :param bool minibatch_indices: the call's datapoints are its ``idx`` argument (seeds packed as replicas: one
         minibatch per replica, [R, B], where the plate holds their positions); else the plate's indices.
 
-    The warm-up's ``kl_scale`` (β) scales every latent site the guide draws (``poutine.scale``), as the model
-    scales its own: the objective is then E_q[log p(x | z, θ)] − β KL(q ‖ p)."""
+    The warm-up's ``kl_scale`` (β) scales every latent site the guide draws, read off the model's own
+    ``poutine.scale`` as the builders read it (:mod:`amortized_pyro.autoguides.plates`): the objective is then
+    E_q[log p(x | z, θ)] − β KL(q ‖ p)."""
 
     def __init__(self, model, *, objective="elbo", qz_init="prior", seed=0, minibatch_indices=True, **kwargs):
         if objective not in OBJECTIVES or qz_init not in FREE_INITS or (objective != "elbo" and kwargs.get("flow")):
@@ -125,11 +125,6 @@ class StudyGuide(LocalModule):
         self.qz_init, self.qz_seed, self.minibatch_indices = qz_init, seed, minibatch_indices
         self.objective = objective
         self.q_theta.objective = objective
-
-    def forward(self, *args, **kwargs):
-        beta = _warmup_scale(*args, **kwargs)
-        with contextlib.nullcontext() if beta is None else poutine.scale(scale=beta):
-            return super().forward(*args, **kwargs)
 
     def local_normal(self):
         return q_normal(self.objective)
@@ -177,10 +172,6 @@ BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, Iter
 
 # The model's arguments (x, idx, kl_scale, x_all) as the builders' options read them: module-level functions,
 # so that a guide pickles.
-def _warmup_scale(x, idx, kl_scale=None, x_all=None):
-    return kl_scale
-
-
 def _minibatch(x, idx, kl_scale=None, x_all=None):
     return idx  # [B], or [R, B] for a pack of seeds, whose plate holds positions (model.data_plate)
 
