@@ -26,6 +26,7 @@ from pyro.optim import ClippedAdam
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from toy_models import CountModel  # noqa: E402
 
+from amortized_pyro.support.jsonio import append_jsonl, read_jsonl  # noqa: E402
 from amortized_pyro.autoguides import AUTOGUIDES  # noqa: E402
 from amortized_pyro.errors import AmortizedPyroError  # noqa: E402
 
@@ -75,17 +76,12 @@ def main():
     pyro.enable_validation(True)
     train, _ = CountModel.simulate(2000, 0)
     test, library = CountModel.simulate(500, 1)
-    done = set()
-    if os.path.exists(args.out):
-        with open(args.out) as f:
-            done = {(line["guide"], line["seed"]) for line in map(json.loads, f)}
+    done = {(r["guide"], r["seed"]) for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for seed in args.seeds:
         for kind in args.guides:
-            if (kind, seed) not in done:
-                result = run(kind, seed, args.steps, train, test, library)
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(result) + "\n")
+            if (kind, seed) not in done:  # resumable: a finished line is kept, never redone
+                append_jsonl(args.out, run(kind, seed, args.steps, train, test, library))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,12 @@ shows them: ``python experiments/defaults_report.py [figures/defaults-vs-hand]``
 
 Per guide and budget: the held-out ELBO per image (or cell) averaged over seeds, with the seeds' standard error,
 and its difference from the hand-written guide's, seed by seed (same seed, same data order, same test images)."""
-import json
 import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-
-def lines(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+from amortized_pyro.support.jsonio import read_jsonl
 
 
 def mean_se(values):
@@ -65,12 +61,12 @@ def count_table(runs):
 def main():
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "figures/defaults-vs-hand")
     print("Pyro's VAE (examples/vae's sizes), `runs.jsonl`:\n")
-    print(vae_table(lines(folder / "runs.jsonl"), "hand"))
+    print(vae_table(read_jsonl(folder / "runs.jsonl"), "hand"))
     if (folder / "readme.jsonl").exists():
         print("\nThe README's first example's model, `readme.jsonl`:\n")
-        print(vae_table(lines(folder / "readme.jsonl"), "readme-model-hand"))
+        print(vae_table(read_jsonl(folder / "readme.jsonl"), "readme-model-hand"))
     print("\nThe scANVI-style count model, `counts.jsonl`:\n")
-    print(count_table(lines(folder / "counts.jsonl")))
+    print(count_table(read_jsonl(folder / "counts.jsonl")))
 
 
 if __name__ == "__main__":

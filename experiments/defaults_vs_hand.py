@@ -19,7 +19,6 @@ one run: the checkpoints of one training). Writes one JSON line per (guide, seed
 finished line is kept, never redone). ``python experiments/defaults_vs_hand.py --out figures/defaults-vs-hand/runs.jsonl``
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from toy_models import VAE  # noqa: E402
 
 from amortized_pyro import load_data  # noqa: E402
+from amortized_pyro.support.jsonio import append_jsonl, read_jsonl  # noqa: E402
 from amortized_pyro.autoguides import AutoAmortizedNormal  # noqa: E402
 
 Z_DIM, HIDDEN = 16, 200
@@ -91,18 +91,12 @@ def main():
     torch.set_num_threads(1)
     data = load_data("mnist-sample", n_obs=2000, n_test=500, log=lambda *_: None)
     train, test = data.train.round(), data.test.round()
-    done = set()
-    if os.path.exists(args.out):
-        with open(args.out) as f:
-            done = {(line["guide"], line["seed"]) for line in map(json.loads, f)}
+    done = {(r["guide"], r["seed"]) for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for seed in args.seeds:
         for kind in args.guides:
-            if (kind, seed) in done:
-                continue
-            result = run(kind, seed, sorted(args.epochs), train, test)
-            with open(args.out, "a") as f:
-                f.write(json.dumps(result) + "\n")
+            if (kind, seed) not in done:  # resumable: a finished line is kept, never redone
+                append_jsonl(args.out, run(kind, seed, sorted(args.epochs), train, test))
 
 
 if __name__ == "__main__":

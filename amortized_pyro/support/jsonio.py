@@ -31,3 +31,11 @@ def read_jsonl(path):
                 raise AmortizedPyroError("cannot read %s: line %d is not JSON (%s)"
                                          % (path, number, e.args[0].split(":")[0])) from None
     return records
+
+
+def append_jsonl(path, record):
+    """``record`` appended to a JSON-lines file as one line (:func:`to_json`), flushed: a resumable study's
+    finished result, kept whatever happens to the run after it."""
+    with open(path, "a") as f:
+        f.write(json.dumps(to_json(record)) + "\n")
+        f.flush()
