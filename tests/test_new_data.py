@@ -15,6 +15,7 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer import SVI, Predictive, Trace_ELBO
 from pyro.infer.autoguide import AutoDelta, AutoGuideList
+from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro.autoguides import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
                                        AutoSemiAmortizedNormal, AutoSharedNormal, measure_gap)
@@ -121,10 +122,26 @@ def trained(layout, builder):
     return model, guide
 
 
-def assert_the_models_plate_and_scale(model, guide, args, kwargs):
-    """The guide's and the model's traces of one call, with Pyro's validation and without (the guide's read of
-    the model's plate stops at the plate there): every local site in the same data plate (size, full size, dim)
-    with the same scale; the ELBO finite."""
+def rescored_elbo(model, guide, args, kwargs, scale, masks):
+    """One draw's ELBO scored by hand from the guide's trace and the model's replayed on it: Σ log p − Σ log q
+    over every sample site but the plates', each site's terms times the model's own scale written here, not read
+    off the traces (``scale`` = N/B in the data plate: z, x and a flow's auxiliary site; IA-VI's terms site has
+    value 0), the rows ``masks`` (site → bool [B], written by the caller as the model masks) leaves out."""
+    guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+
+    def scored(trace):
+        return sum((site["fn"].log_prob(site["value"]) * scale * masks.get(name, 1.0)).sum()
+                   for name, site in trace.nodes.items() if site["type"] == "sample" and not site_is_subsample(site))
+
+    return scored(model_trace) - scored(guide_trace)
+
+
+def assert_the_models_plate_and_scale(model, guide, args, kwargs, scale=1.0, masks=None):
+    """The guide's and the model's traces of one call, with Pyro's validation and without: every local site in
+    the same data plate (size, full size, dim) with the same scale; Trace_ELBO's loss minus the ELBO scored by hand
+    (:func:`rescored_elbo`, the plate's N/B ``scale`` and the model's ``masks`` written by the caller) at the same
+    draw (issue 68, item 7)."""
     for validating in (True, False):
         with pyro.validation_enabled(validating):
             guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
@@ -135,7 +152,11 @@ def assert_the_models_plate_and_scale(model, guide, args, kwargs):
             assert frame == [(f.name, f.size, f.full_size, f.dim) for f in theirs["cond_indep_stack"]
                              if f.name == "data"], validating
             assert ours["scale"] == theirs["scale"], (name, validating, ours["scale"], theirs["scale"])
-    assert math.isfinite(Trace_ELBO().loss(model, guide, *args, **kwargs))
+            pyro.set_rng_seed(11)
+            expected = rescored_elbo(model, guide, args, kwargs, scale, masks or {}).item()
+            pyro.set_rng_seed(11)
+            loss = Trace_ELBO().loss(model, guide, *args, **kwargs)
+            assert math.isfinite(loss) and abs(loss + expected) <= 1e-5 * abs(expected), (validating, loss, expected)
 
 
 @pytest.mark.parametrize("builder", BUILDERS)
@@ -153,22 +174,23 @@ def test_a_trained_guide_serves_new_data(layout, builder):
             with pytest.raises(GuideError, match="per-datapoint guide was built for the %d datapoints" % N):
                 guide(*args, **kwargs)
             continue
-        assert_the_models_plate_and_scale(model, guide, args, kwargs)
-        draws = Predictive(model, guide=guide, num_samples=3)(*args, **kwargs)
         rows = min(B, n) if layout == "subsample_size" else n
+        assert_the_models_plate_and_scale(model, guide, args, kwargs, plate_size / rows)
+        draws = Predictive(model, guide=guide, num_samples=3)(*args, **kwargs)
         assert draws["z"].shape[:2] == (3, rows) and draws["x"].shape[:2] == (3, rows), name
         median = guide.median(*args, **kwargs)["z"]
         quantiles = guide.quantiles([0.25, 0.75], *args, **kwargs)["z"]
         assert median.shape[0] == rows and quantiles.shape[:2] == (2, rows)
     x = data(SIZES["larger" if layout != "closure" else "smaller"], 3)
     args, kwargs = use(x)
+    scale = N / len(x) if layout == "closure" else len(x) / min(B, len(x)) if layout == "subsample_size" else 1.0
     if builder != "per-datapoint":  # after pickling: the same numbers (the model kept with the guide)
         loaded = pickle.loads(pickle.dumps(guide))
         if layout == "closure":  # a closure does not pickle: dropped, said in one line, given back
             with pytest.raises(GuideError, match="pickled without its model .* guide.model = model"):
                 loaded(*args, **kwargs)
             loaded.model = model
-        assert_the_models_plate_and_scale(model, loaded, args, kwargs)
+        assert_the_models_plate_and_scale(model, loaded, args, kwargs, scale)
         if builder != "amortized+flow":  # a flow's median is by sampling: compared in test_autoguide_contract
             medians = []
             for one in (loaded, guide):
@@ -298,4 +320,4 @@ def test_a_mask_that_keeps_everything_is_no_mask():
     with pytest.raises(GuideError, match="the model masks the local site 'z': give local_mask="):
         guide(x, keep)
     masked = AutoAmortizedNormal(optional, width=8, local_mask=lambda x, keep=True: torch.as_tensor(keep).expand(len(x)))
-    assert_the_models_plate_and_scale(optional, masked, (x, keep), {})
+    assert_the_models_plate_and_scale(optional, masked, (x, keep), {}, masks={"z": keep.float()})
