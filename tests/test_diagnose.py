@@ -167,12 +167,27 @@ def test_refusals_are_one_line():
     with pytest.raises(GuideError, match="per-datapoint guide"):
         local_sbc(model.model, guide, model.x)
     assert diagnose(model.model, guide, model.x, samples=50)["calibration"] is None
-    with pytest.raises(GuideError, match="with_data"):  # two arguments of the data's size: which one?
-        def twice(x, y):
-            model.model(x)
-        other = AutoAmortizedNormal(twice, encoder=nn.Identity())
-        other(model.x, model.x.clone())
-        local_sbc(twice, other, model.x, model.x.clone())
+    def transformed(x):  # the model observes its argument divided: no argument holds the observed values
+        model.model(x / 255)
+    scaled = AutoAmortizedNormal(transformed, encoder=nn.Identity())
+    scaled(model.x * 255)
+    with pytest.raises(GuideError, match="^local_sbc: none of the model's arguments, given the simulated values of "
+                                         "the observed site 'x', makes the model observe them .* give with_data="):
+        local_sbc(transformed, scaled, model.x * 255)
+
+
+def test_the_simulated_data_go_where_the_model_observes_them():
+    """Two arguments of the data's size, the model observing the first: the re-trace picks it (sizes alone
+    cannot), and the exact posterior passes calibration there."""
+    model = orthogonal_model()
+
+    def twice(x, y):
+        model.model(x)
+    guide = exact_guide(model, model.x)
+    other = AutoAmortizedNormal(twice, encoder=nn.Identity())
+    other(model.x, model.x.clone())
+    other.load_state_dict(guide.state_dict())
+    assert local_sbc(twice, other, model.x, torch.zeros_like(model.x), simulations=200)["p_value"] > ALPHA
 
 
 def test_simulations_draw_theta_from_q_theta():

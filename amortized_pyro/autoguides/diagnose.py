@@ -152,36 +152,50 @@ def _simulated(trace, structure):
             and structure.plate in [f.name for f in site["cond_indep_stack"]]}
 
 
-def default_with_data(simulated, indices, full_size, args, kwargs):
-    """The model's arguments with the simulated observations in the data's place: the one observed site in the
-    plate whose values the one tensor argument (positional or keyword) of as many elements holds, reshaped to it
-    (the batch's rows; or, for an argument of all ``full_size`` datapoints that the plate subsamples, written into
-    the rows ``indices``). One line of :class:`GuideError` where the rule finds no such one argument."""
+def _with_value(args, kwargs, kind, key, value):
+    args, kwargs = list(args), dict(kwargs)
+    if kind == "a":
+        args[key] = value
+    else:
+        kwargs[key] = value
+    return tuple(args), kwargs
+
+
+def default_with_data(simulated, indices, full_size, args, kwargs, observes):
+    """The model's arguments with the simulated observations in the data's place, as the model says: each tensor
+    argument (positional or keyword) with as many elements as the one observed site in the plate (the batch's
+    rows; or, for an argument of all ``full_size`` datapoints that the plate subsamples, the rows ``indices``)
+    is given the simulated values, and kept where the model run on it, ``observes(args, kwargs)`` → site → the
+    observed value, observes exactly those values (a re-trace: a model that transforms its data before observing
+    it, ``obs=x / 255``, is never simulated on the wrong scale). One line of :class:`GuideError` where no
+    argument, or more than one, passes."""
     if len(simulated) != 1:
         raise GuideError("local_sbc: %d observed sites in the data plate; give with_data=a function (simulated "
                          "observations, args, kwargs) -> (args, kwargs)" % len(simulated))
     (name, (value, new)), = simulated.items()
     batch = len(indices)
     places = [("a", i, a) for i, a in enumerate(args)] + [("k", k, a) for k, a in kwargs.items()]
-    found = [(kind, key, a) for kind, key, a in places if torch.is_tensor(a) and a.dim() > 0
-             and (a.numel() == value.numel() or (a.shape[0] == full_size != batch
-                                                  and a.numel() == value.numel() // batch * full_size))]
-    if len(found) != 1:
-        raise GuideError("local_sbc: no single argument of the model holds the observed site %r's values (%d "
-                         "candidates); give with_data=a function (simulated observations, args, kwargs) -> "
-                         "(args, kwargs)" % (name, len(found)))
-    kind, key, arg = found[0]
-    if arg.numel() == value.numel():
-        replaced = new.reshape(arg.shape).to(arg.dtype)
-    else:
-        replaced = arg.clone()
-        replaced[indices.to(arg.device)] = new.reshape((batch,) + arg.shape[1:]).to(arg.dtype)
-    args, kwargs = list(args), dict(kwargs)
-    if kind == "a":
-        args[key] = replaced
-    else:
-        kwargs[key] = replaced
-    return tuple(args), kwargs
+    passed = []
+    for kind, key, arg in places:
+        if not torch.is_tensor(arg) or arg.dim() == 0:
+            continue
+        if arg.numel() == value.numel():
+            replaced = new.reshape(arg.shape).to(arg.dtype)
+        elif arg.shape[0] == full_size != batch and arg.numel() == value.numel() // batch * full_size:
+            replaced = arg.clone()
+            replaced[indices.to(arg.device)] = new.reshape((batch,) + arg.shape[1:]).to(arg.dtype)
+        else:
+            continue
+        candidate = _with_value(args, kwargs, kind, key, replaced)
+        seen = observes(*candidate).get(name)
+        if seen is not None and seen.shape == new.shape and torch.allclose(seen.to(new.dtype), new):
+            passed.append(candidate)
+    if len(passed) != 1:
+        raise GuideError("local_sbc: %s of the model's arguments, given the simulated values of the observed site "
+                         "%r, makes the model observe them (a model that transforms its data before observing it "
+                         "cannot be given them by position); give with_data=a function (simulated observations, "
+                         "args, kwargs) -> (args, kwargs)" % ("none" if not passed else "more than one", name))
+    return passed[0]
 
 
 @torch.no_grad()
@@ -214,8 +228,13 @@ def local_sbc(model, guide, *args, simulations=200, draws=99, seed=0, with_data=
         trace = seeded_trace(model, structure, indices, args, kwargs, key, theta, simulate=True)
         truth = _flat_locals(structure, trace, batch)
         simulated = _simulated(trace, structure)
+        def observes(args_, kwargs_, key=key, theta=theta):
+            """site → the value the model observes in the plate when run on these arguments."""
+            return {name: value for name, (value, _) in _simulated(
+                seeded_trace(model, structure, indices, args_, kwargs_, key, theta, simulate=True), structure).items()}
+
         if with_data is None:
-            new_args, new_kwargs = default_with_data(simulated, indices, structure.full_size, args, kwargs)
+            new_args, new_kwargs = default_with_data(simulated, indices, structure.full_size, args, kwargs, observes)
         else:
             new_args, new_kwargs = with_data({name: new for name, (_, new) in simulated.items()}, args, kwargs)
         with guide.refinement_draws(torch.Generator(device).manual_seed(REFINE_SEED + key)):
