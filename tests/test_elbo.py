@@ -113,6 +113,14 @@ def test_pyro_elbo_equals_handwritten_on_the_same_draw(setup):
         assert abs(unscaled.item() - expected.item()) > 1e-3 * abs(expected.item())
 
 
+@pytest.mark.parametrize("setup", [case for case in CASES if case[2] is not None], indirect=True, ids=str)
+def test_the_warm_up_holds_without_pyros_validation(setup):
+    """The studies train with Pyro's validation off, their guides built by a first call without a warm-up
+    (make_guide's): the guide's sites still take the warm-up's β, the oracle's ELBO on the same draw."""
+    with pyro.validation_enabled(False):
+        test_pyro_elbo_equals_handwritten_on_the_same_draw(setup)
+
+
 @pytest.mark.parametrize("setup", CASES, indirect=True, ids=str)
 def test_meanfield_estimator_equals_the_closed_form_kl_on_the_same_draw(setup):
     """--estimator meanfield: the likelihood at the draw minus the closed-form KL of every θ and z coordinate,

@@ -278,3 +278,15 @@ def test_given_indices_that_are_not_the_models_are_refused_in_one_line(layout):
     with pytest.raises(GuideError, match="takes other datapoints \\(rows 0, 1, 2, 3, 4, ...\\) than the model "
                                          "gives its plate at its site 'z' \\(rows 3, 7, 11, 15, 19, ...\\)"):
         guide(X[IDX], IDX)
+
+
+def test_a_scale_of_plates_alone_is_no_scale_of_the_models():
+    """Dividing Pyro's product of plate ratios back out can leave 1 − 2⁻⁵²: read as 1 (no poutine.scale of the
+    model's), so an unscaled model is not taken for a scaled one."""
+    from pyro.poutine.indep_messenger import CondIndepStackFrame
+    from amortized_pyro.autoguides.plates import beyond_plates
+
+    frames = (CondIndepStackFrame("data", -1, 3, 0, full_size=1000),  # (name, dim, size: rows, counter, full size)
+              CondIndepStackFrame("feat", -2, 7, 0, full_size=50))
+    assert beyond_plates({"scale": 1.0 * (1000 / 3) * (50 / 7), "cond_indep_stack": frames}) == 1.0
+    assert beyond_plates({"scale": 0.2 * (1000 / 3) * (50 / 7), "cond_indep_stack": frames}) == pytest.approx(0.2)

@@ -50,11 +50,11 @@ class AutoLocalGuide(Measured, AutoGuide):
         μ = 0 in unconstrained space; ``init_to_median``, ``init_to_sample``, ``init_to_mean``,
         ``init_to_value``, ...) for the global part and the free factors' μ_n (per-datapoint: each datapoint of
         the prototype call its own, repeated periodically over the plate's full size where it was subsampled,
-        as Pyro's AutoNormal repeats; shared: their mean); an encoder's heads start at their mean
-        (``head_init="zero"``, :class:`~.families.AutoAmortizedNormal`).
+        as Pyro's AutoNormal repeats; shared: their mean); an encoder's factors start around their mean
+        (``head_init``, :class:`~.families.AutoAmortizedNormal`).
     :param float init_scale: the initial standard deviation, in unconstrained space, of the free factors
-        (per-datapoint, shared), of an encoder's factors (``head_init="zero"``) and of AutoNormal's global
-        factors.
+        (per-datapoint, shared), of an encoder's factors (their mean over the first call's datapoints) and of
+        AutoNormal's global factors.
     :param global_guide: the guide of the global latent sites (unused where the model has none): ``"normal"``
         (mean-field Normal, Pyro's AutoNormal), ``"delta"`` (point estimates, AutoDelta), or a guide object of
         one's own: a module that draws every global site when called with the model's arguments and returns
@@ -253,12 +253,19 @@ class AutoLocalGuide(Measured, AutoGuide):
         """A given data plate checked against the model's (its size, dim and datapoints, :meth:`.ModelPlate.check`)
         ``always`` or under Pyro's validation, the model's scales read then and wherever the model scaled its latent
         sites at the prototype; else the guide's sites take their plates' scales alone (no read)."""
-        checking, self.call_scales = always or is_validation_enabled(), (1.0, 1.0)
-        if checking or self._scaled_model:
+        checking, known = always or is_validation_enabled(), self.known_scales(*args, **kwargs)
+        self.call_scales = (1.0, 1.0) if known is None else known
+        if checking or (self._scaled_model and known is None):
             read = self._read_plate(args, kwargs)
             if checking:
                 read.check(self.plate, given, fix)
             self.call_scales = read.scales
+
+    def known_scales(self, *args, **kwargs):
+        """The model's (global, local) scales beyond their plates in a call whose data plate is given, where the
+        guide does not read the model (a hook: the package's studies know theirs from their arguments); None:
+        read where :meth:`_follow` reads, else 1."""
+        return None
 
     # ---- what a family provides ---------------------------------------------------------------------------
     def _setup_local(self, indices, args, kwargs, device):
@@ -299,7 +306,9 @@ class AutoLocalGuide(Measured, AutoGuide):
                 q = base if site.is_real else dist.TransformedDistribution(base, site.transform)
                 result[site.name] = pyro.sample(site.name, q if masks.get(site.name) is None
                                                 else q.mask(masks[site.name]))
-        if terms is not None:  # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim
+        # value 0, gradient theirs: the ELBO's value is left as it is; at the plate's dim, unscaled by a warm-up:
+        # IA-VI's iterations climb the untempered local ELBO, as SA-VI's steps do
+        if terms is not None:
             with plates[self.plate]:
                 terms = self._terms_at_plate(terms, result)
                 pyro.factor(FAMILY_TERMS, terms.detach() - terms, has_rsample=True)

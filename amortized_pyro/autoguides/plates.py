@@ -22,8 +22,8 @@ examples/dmm.py anneals); the first global site it replays gives the model's sca
 guide gives its sites those scales, as a guide written by hand puts the model's ``poutine.scale`` in its own body
 (:attr:`ModelPlate.scales`, beyond the plates' N/B, which the guide's plates give): a float or a tensor, per
 datapoint too where the model gives its plate's indices (a plate that draws its own minibatch is refused there,
-its rows unknown to the read). A ``poutine.scale`` around the guide's call multiplies them, as Pyro's handlers
-compose: the guide is not called under the model's scale again. The read sees the first of each only:
+its rows unknown to the read). A guide called under a ``poutine.scale`` of its own while the model scales its
+sites is refused in one line (it would scale them twice: the pattern these reads replace). The read sees the first of each only:
 :func:`prototype_scales` refuses, at the guide's first call, a model whose local sites' scales, or whose global
 sites' scales, differ then (the guide gives one scale to each part), or that scales global sites it draws only
 after its first local site; scales that part only after that call are not seen.
@@ -43,6 +43,7 @@ latent sites at the guide's first call; without validation, a model that did not
 read: a scale it takes up later is not seen there.
 """
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -159,6 +160,8 @@ def beyond_plates(site):
     scale = site["scale"]
     for frame in site["cond_indep_stack"]:
         scale = scale / ((frame.full_size or frame.size) / frame.size)  # as Pyro multiplies, plate by plate
+    if isinstance(scale, float) and math.isclose(scale, 1.0, rel_tol=1e-12):  # divided in another order: rounding
+        return 1.0
     return scale
 
 

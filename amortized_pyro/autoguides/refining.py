@@ -13,15 +13,15 @@ from amortized_pyro.autoguides.factors import REFINE_GRADS, IterativeFactor, Sem
 from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.autoguides.masking import MaskedJoint
-from amortized_pyro.errors import GuideError
+from amortized_pyro.errors import AmortizedPyroError, GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
 from amortized_pyro.local.partial import DEFAULT_DRAWS, check_score
 from amortized_pyro.local.steppers import outside_the_trace
 from amortized_pyro.support.streams import outside_the_stream
 
-# what Pyro's argument checks and torch's samplers say of values that are not finite
-NOT_FINITE = ("Expected parameter", "inf", "nan")
+# what torch's argument checks and samplers say of values that are not finite
+NOT_FINITE = ("but found invalid values", "probability tensor contains either `inf`, `nan`")
 
 
 class _OnTheLocalElbo(AutoAmortizedNormal):
@@ -51,6 +51,8 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         # node of the trace, on each call's own tensors (outside_the_trace says why and how)
         try:
             return outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+        except AmortizedPyroError:  # ours (a GuideError is a ValueError too): as it is
+            raise
         except (ValueError, RuntimeError) as error:  # the model's or torch's check of values that are not finite
             text = str(error)
             if not any(sign in text for sign in NOT_FINITE):

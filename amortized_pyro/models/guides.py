@@ -129,6 +129,12 @@ class StudyGuide(LocalModule):
     def local_normal(self):
         return q_normal(self.objective)
 
+    def known_scales(self, *args, **kwargs):
+        """The warm-up's β at θ and at z (the model's ``kl_scale``), known without reading the model: the studies
+        train without Pyro's validation, their plate given, and build their guides by a call without a warm-up."""
+        beta = _warmup_scale(*args, **kwargs)
+        return None if beta is None else (beta, beta)
+
     def _indices(self, plates, args, kwargs):
         return _minibatch(*args, **kwargs) if self.minibatch_indices else super()._indices(plates, args, kwargs)
 
@@ -172,6 +178,10 @@ BUILDERS = {cls.family: cls for cls in (AmortizedGuide, SemiAmortizedGuide, Iter
 
 # The model's arguments (x, idx, kl_scale, x_all) as the builders' options read them: module-level functions,
 # so that a guide pickles.
+def _warmup_scale(x, idx, kl_scale=None, x_all=None):
+    return kl_scale
+
+
 def _minibatch(x, idx, kl_scale=None, x_all=None):
     return idx  # [B], or [R, B] for a pack of seeds, whose plate holds positions (model.data_plate)
 
