@@ -71,8 +71,8 @@ def main():
     print("| guide | encoder input | start | finite steps of %d | first loss | last finite loss | stopped by |"
           % args.steps)
     print("|---|---|---|---|---|---|---|")
-    starts = {"centred heads, asinh standardized (default)": {},
-              "zero heads, asinh standardized": dict(head_init="zero"),
+    starts = {"centred heads, symlog standardized (default)": {},
+              "zero heads, symlog standardized": dict(head_init="zero"),
               "torch heads, raw": dict(head_init="torch", standardize=False)}
     for name, make in BUILDERS.items():
         for start, options in starts.items():

@@ -190,3 +190,19 @@ def test_measure_gap_on_the_packages_guide_repeats_its_own_gap(family):
         assert torch.allclose(torch.tensor(generic["per_image"][name]), torch.tensor(values), atol=1e-6), name
     rows = [torch.tensor([r["per_image"] for r in report["refinement"]]) for report in (generic, own)]
     assert rows[0].shape == (2, 4) and torch.allclose(*rows, atol=1e-6)
+
+
+def test_a_gap_of_zero_that_was_not_measured_is_said():
+    """An untrained guide, q* capped at 50 steps: its optimization never beat the guide's own factor, so every
+    gap reads exactly 0 (issue 71: a clean 0.000 ± 0.000 before); said by a GapNotMeasured warning, counted in
+    ``kept_at_cap``."""
+    from amortized_pyro.autoguides import AutoAmortizedNormal, GapNotMeasured
+    from toy_models import LinearGaussian
+
+    toy = LinearGaussian(20, 4, 2, 0.5)
+    with pyro.settings.context(module_local_params=True):
+        guide = AutoAmortizedNormal(toy.model, width=8)
+        guide(toy.x)
+        with pytest.warns(GapNotMeasured, match="for 10 of 10 datapoints q\\*'s optimization .* max_steps=50"):
+            report = measure_gap(toy.model, guide, toy.x[:10], settings=GapSettings(max_steps=50, ais_steps=0))
+    assert report["kept_at_cap"] == 10 and report["amortization_gap"]["mean"] == 0.0

@@ -42,7 +42,7 @@ def test_the_encoders_body_gets_a_gradient_at_the_first_step():
 def test_the_start_is_tame_on_inputs_of_any_scale(scale, standardize):
     """On counts of any scale, through the default encoder standardized or raw: the factors of the prototype's
     datapoints average μ = init_loc_fn's (0) and σ = init_scale, each coordinate within a root mean square of 1;
-    the default encoder's input stays within a few units (asinh, then standardized)."""
+    the default encoder's input stays within a few units (symlog, then standardized)."""
     pyro.set_rng_seed(0)
     x = (1 + torch.poisson(torch.full((50, 40), scale), generator=torch.Generator().manual_seed(1))
          * torch.linspace(0.1, 10.0, 50).unsqueeze(-1)).round()  # cells over two orders of magnitude
@@ -63,7 +63,7 @@ def test_the_start_is_tame_on_inputs_of_any_scale(scale, standardize):
 def test_the_defaults_train_a_count_model_with_two_local_sites(name):
     """The scANVI-style model (library sizes over 500–20,000, z and a LogNormal library size per cell, minibatches
     of 100): with ClippedAdam at 1e-3, as its hand-written guide trains, every encoder builder's defaults take 60
-    steps with finite losses and a falling loss (the input standardized without asinh: a factor that is not finite
+    steps with finite losses and a falling loss (the input standardized without symlog: a factor that is not finite
     within them, refused in one line)."""
     train, _ = CountModel.simulate(500, 0)
     pyro.set_rng_seed(0)

@@ -48,7 +48,7 @@ def losses(guide, model, x, steps):
 def test_encoder_guides_start_where_init_loc_fn_puts_them_on_raw_counts(name):
     """Every encoder guide's factors start on average over the prototype's datapoints at σ = init_scale and μ =
     init_loc_fn's, each coordinate's μ and log σ within a root mean square of 1 about it, for any input scale (its
-    centred heads), and its default encoder reads asinh of the counts standardized: on raw counts of about 10, A-VI trains 30 steps with
+    centred heads), and its default encoder reads symlog of the counts standardized: on raw counts of about 10, A-VI trains 30 steps with
     finite losses, SA-VI, IA-VI and the flow their first 3 (their later divergence on this model, whose Gamma(0.1)
     locals have an unbounded density at 0, is a limit docs/your-model.md states, measured); with the builders' start before (torch's default heads, the raw
     counts: ``head_init="torch", standardize=False``) the first steps are not finite, or refused as such."""

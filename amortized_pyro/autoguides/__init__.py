@@ -14,11 +14,11 @@ from amortized_pyro.autoguides.families import (AutoAmortizedNormal, AutoPerData
                                                 default_encoder)
 from amortized_pyro.autoguides.refining import AUTOGUIDES, AutoIterativeAmortizedNormal, AutoSemiAmortizedNormal
 from amortized_pyro.autoguides.diagnose import diagnose, importance_diagnostics, local_sbc
-from amortized_pyro.autoguides.gap import measure_gap
+from amortized_pyro.autoguides.gap import GapNotMeasured, measure_gap
 from amortized_pyro.autoguides.inference_data import to_inference_data
 from amortized_pyro.autoguides.local_joint import LocalJoint
 
-__all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "AutoIterativeAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
+__all__ = ["AUTOGUIDES", "AutoAmortizedNormal", "GapNotMeasured", "AutoIterativeAmortizedNormal", "AutoLocalGuide", "AutoPerDatapointNormal",
            "AutoSemiAmortizedNormal", "AutoSharedNormal", "EncoderTraining", "LocalJoint", "capacity_sweep",
            "default_encoder", "diagnose", "importance_diagnostics", "local_sbc", "measure_gap", "to_inference_data",
            "train_fresh_encoder"]

@@ -27,7 +27,8 @@ from pyro.poutine.util import is_validation_enabled, site_is_subsample
 from amortized_pyro.autoguides.flows import DEFAULT_FLOW_WIDTH, LocalFlow, flow_draws
 from amortized_pyro.autoguides.protocol import Measured
 from amortized_pyro.autoguides.masking import check_unmasked, local_masks, masked_sites
-from amortized_pyro.autoguides.plates import prototype_scales, read_model_plate, scaled
+from amortized_pyro.autoguides.options import count, positive
+from amortized_pyro.autoguides.plates import no_empty_plate, prototype_scales, read_model_plate, scaled
 from amortized_pyro.autoguides.structure import global_sites_model, local_init, read_structure
 from amortized_pyro.errors import GuideError
 from amortized_pyro.support.streams import outside_the_stream
@@ -95,11 +96,11 @@ class AutoLocalGuide(Measured, AutoGuide):
         if not own and global_guide not in GLOBAL_GUIDES:
             raise GuideError("global_guide must be one of %s or a guide object, got %r"
                              % (", ".join(GLOBAL_GUIDES), global_guide))
-        if not init_scale > 0:
-            raise GuideError("init_scale must be positive, got %r" % init_scale)
-        if flow < 0 or flow_width < 1 or (flow and local_mask is not None):
-            raise GuideError("a flow needs flow >= 0, flow_width >= 1 and no local_mask; got %r, %r, %r"
-                             % (flow, flow_width, local_mask))
+        positive("init_scale", init_scale)
+        count("flow", flow)
+        count("flow_width", flow_width, 1)
+        if flow and local_mask is not None:
+            raise GuideError("a flow takes no local_mask (the masked rows' log q cannot be masked through it)")
         if not callable(init_loc_fn):
             raise GuideError("init_loc_fn must be one of Pyro's initialization strategies (a function of a site), "
                              "got %r" % (init_loc_fn,))
@@ -129,7 +130,8 @@ class AutoLocalGuide(Measured, AutoGuide):
     def _set_up(self, args, kwargs):
         devices = [value.device for value in list(args) + list(kwargs.values()) if torch.is_tensor(value)]
         with outside_the_stream(*devices):  # the model's prototype draws leave the random streams as they were
-            full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # the one model run
+            with no_empty_plate():
+                full = poutine.block(poutine.trace(self.model).get_trace)(*args, **kwargs)  # the one model run
             self.structure = read_structure(full, self.plate)
             self._scaled_model = prototype_scales(full, self.structure)
             self.prototype_trace = full.copy()  # AutoGuide's: the latent sites only

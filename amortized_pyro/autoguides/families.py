@@ -13,6 +13,7 @@ Pyro has none of the amortized ones (an "AutoNormal encoder" pull request, pyro-
 its AutoNormal over a plate is per-datapoint, AutoNormalMessenger(amortized_plates=...) is shared.
 """
 import math
+import numbers
 
 import torch
 from pyro.ops.tensor_utils import periodic_repeat
@@ -20,6 +21,7 @@ from pyro.ops.tensor_utils import periodic_repeat
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.factors import (DEFAULT_LAYERS, DEFAULT_WIDTH, AmortizedFactor, Encoder, FreeFactor,
                                                default_encoder)
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import GuideError
 
 
@@ -91,7 +93,7 @@ class AutoAmortizedNormal(AutoLocalGuide):
         that mean (the body gets no gradient at the first step and its features start alike: on Pyro's VAE 32
         nats worse than a hand-written guide after 25 epochs, as issue 68 measured); ``"torch"`` torch's default
         initialization with log ``init_scale`` added to the log-scale head's bias (the package's studies).
-    :param bool standardize: the default encoder reads asinh of its input standardized by the first call's data
+    :param bool standardize: the default encoder reads sign(x) log(1 + |x|) of its input standardized by the first call's data
         (per-feature mean, one overall standard deviation, held fixed: :class:`~.factors.Standardize`); False:
         the raw input; unused with ``encoder=``.
 
@@ -104,9 +106,17 @@ class AutoAmortizedNormal(AutoLocalGuide):
     def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
                  head_init="centred", standardize=True, **kwargs):
         super().__init__(model, **kwargs)
-        if width < 1 or layers < 0 or head_init not in self.HEAD_INITS:
-            raise GuideError("the encoder needs width >= 1, layers >= 0 and head_init in %s; got %r, %r and %r"
-                             % (", ".join(self.HEAD_INITS), width, layers, head_init))
+        count("width", width, 1)
+        count("layers", layers)
+        if head_init not in self.HEAD_INITS:
+            raise GuideError("head_init must be one of %s, got %r" % (", ".join(self.HEAD_INITS), head_init))
+        if encoder is not None and not isinstance(encoder, torch.nn.Module):
+            raise GuideError("encoder must be a torch.nn.Module from the plate's data [B, ...] to features [B, F] "
+                             "(or None: the default encoder), got %r" % (encoder,))
+        if not callable(encoder_input) and (isinstance(encoder_input, bool)
+                                            or not isinstance(encoder_input, numbers.Integral)):
+            raise GuideError("encoder_input must be the position of the model's argument holding the data, or a "
+                             "function of the model's arguments returning it, got %r" % (encoder_input,))
         self.encoder_input, self.width, self.layers, self.head_init = encoder_input, width, layers, head_init
         self.standardize = standardize
         self._body = (encoder,)  # not a child until the factor is built around it

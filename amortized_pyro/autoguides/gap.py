@@ -21,6 +21,7 @@ gaps are those of the pushforward factors q(z_n), since the Jacobian is part of 
 without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
 """
 import math
+import warnings
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -149,7 +150,17 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     with pyro.validation_enabled(False) if posterior.unchecked else nullcontext():
         result = _measure(posterior, guide, settings, refine_steps, seed, progress, log)
     _refuse_nan(result)
+    if result["kept_at_cap"]:
+        warnings.warn("for %d of %d datapoints q*'s optimization from the guide's factor stopped at max_steps=%d "
+                      "without beating it: their amortization gap reads 0, a lower bound, not a measurement "
+                      "(raise GapSettings(max_steps=...))" % (result["kept_at_cap"],
+                                                              len(result["per_image"]["elbo_optimized"]),
+                                                              settings.max_steps), GapNotMeasured, stacklevel=2)
     return result
+
+
+class GapNotMeasured(UserWarning):
+    """q* kept the guide's own factor because its optimization hit the step cap: a gap of 0 there is unmeasured."""
 
 
 def _refuse_nan(result):

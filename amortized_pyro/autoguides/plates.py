@@ -165,6 +165,19 @@ def beyond_plates(site):
     return scale
 
 
+@contextlib.contextmanager
+def no_empty_plate():
+    """A plate the model makes of no datapoints (data of 0 rows) said in one line, not Pyro's bare
+    ``ZeroDivisionError: size cannot be zero`` from inside the model."""
+    try:
+        yield
+    except ZeroDivisionError as error:
+        if str(error) != "size cannot be zero":
+            raise
+        raise GuideError("the model made a plate of size 0 in this call (data of no rows?): there is no datapoint "
+                         "to serve") from None
+
+
 def scaled(scale):
     """``poutine.scale(scale)``, or nothing where ``scale`` is the float 1.0 (no handler where the model adds none)."""
     return contextlib.nullcontext() if isinstance(scale, float) and scale == 1.0 else poutine.scale(scale=scale)
@@ -200,7 +213,7 @@ def read_model_plate(model, structure, values, args, kwargs):
     names = {site.name for site in structure.locals}
     reader = _ToThePlate(structure.plate, names, values)
     try:
-        with poutine.block(), reader:
+        with poutine.block(), reader, no_empty_plate():
             model(*args, **kwargs)
     except _ReadStopped as reached:
         msg = reached.msg

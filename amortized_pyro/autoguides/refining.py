@@ -13,6 +13,7 @@ from amortized_pyro.autoguides.factors import REFINE_GRADS, IterativeFactor, Sem
 from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
 from amortized_pyro.autoguides.local_joint import LocalJoint
 from amortized_pyro.autoguides.masking import MaskedJoint
+from amortized_pyro.autoguides.options import count, positive
 from amortized_pyro.errors import AmortizedPyroError, GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
@@ -103,12 +104,10 @@ class AutoSemiAmortizedNormal(_OnTheLocalElbo):
     def __init__(self, model, *, steps=5, lr=1e-2, grad="straight-through", optimizer="adam", share=1.0,
                  score="spread", score_draws=None, **kwargs):
         super().__init__(model, **kwargs)
-        if grad not in REFINE_GRADS or steps < 0 or not lr > 0 or optimizer not in REFINE_OPTIMIZERS:
-            raise GuideError("refinement needs steps >= 0, lr > 0, grad in %s and optimizer in %s; got %r, "
-                                     "%r, %r, %r" % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), steps,
-                                                     lr, grad, optimizer))
-        if not 0 < share <= 1:
-            raise GuideError("a refined share needs 0 < share <= 1; got %r" % share)
+        steps, lr, share = count("steps", steps), positive("lr", lr), positive("share", share, at_most=1.0)
+        if grad not in REFINE_GRADS or optimizer not in REFINE_OPTIMIZERS:
+            raise GuideError("refinement needs grad in %s and optimizer in %s; got %r and %r"
+                             % (", ".join(REFINE_GRADS), ", ".join(REFINE_OPTIMIZERS), grad, optimizer))
         score_draws = DEFAULT_DRAWS.get(score, 2) if score_draws is None else score_draws
         check_score(score, score_draws)
         self.steps, self.lr, self.grad, self.optimizer = steps, lr, grad, optimizer
@@ -147,9 +146,9 @@ class AutoIterativeAmortizedNormal(_OnTheLocalElbo):
 
     def __init__(self, model, *, iterations=5, update_width=None, **kwargs):
         super().__init__(model, **kwargs)
-        if iterations < 0 or (update_width is not None and update_width < 1):
-            raise GuideError("iterative inference needs iterations >= 0 and update_width >= 1; got %r and %r"
-                                     % (iterations, update_width))
+        iterations = count("iterations", iterations)
+        if update_width is not None:
+            count("update_width", update_width, 1)
         self.iterations, self.update_width = iterations, update_width
 
     def _setup_local(self, indices, args, kwargs, device):

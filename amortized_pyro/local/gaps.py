@@ -289,6 +289,8 @@ def measure_factors(log_joint, x, fit, score, factor, size, settings, refine_ste
                   capped=capped, mean_steps={"q*": best.steps.double().mean().item(),
                                              "q*_m": per_theta.steps.double().mean().item() if coupling else None},
                   capped_per_theta=capped_per_theta, hit_cap=capped + capped_per_theta > 0,
+                  # rows whose q* is the guide's own factor, its optimization stopped by the cap: gap 0, unmeasured
+                  kept_at_cap=int(((won == 0) & optimized.capped).sum()) if factor is not None else 0,
                   capped_gaussian=None if gaussian is None else int(gaussian.capped.sum()),  # flow_gain's other side
                   q_star_from=counted(names, won),
                   q_m_star_from=None if won_m is None else counted(["q*", "q*, optimized at θ_m"], won_m),
