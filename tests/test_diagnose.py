@@ -264,3 +264,17 @@ def test_a_flow_guides_weights_go_through_its_transforms():
     assert np.all(np.abs(np.asarray(found["elbo"]) - gap_elbo) < 4 * stderr * math.sqrt(2))
     gaussian_elbo = importance_diagnostics(model.model, gaussian, model.x[:10], samples=2000)["guide"]["elbo"]
     assert np.abs(np.asarray(gaussian_elbo) - gap_elbo).max() > 10 * stderr.max()  # the transforms count
+
+
+@pytest.mark.parametrize("call, refusal", [
+    (lambda m, g, x: importance_diagnostics(m, g, x, samples=5), "^samples must be a whole number >= 25, got 5$"),
+    (lambda m, g, x: diagnose(m, g, x, samples=5), "^samples must be a whole number >= 25, got 5$"),
+    (lambda m, g, x: local_sbc(m, g, x, simulations=-1), "^simulations must be a whole number >= 1, got -1$"),
+    (lambda m, g, x: local_sbc(m, g, x, draws=0), "^draws must be a whole number >= 1, got 0$"),
+])
+def test_settings_that_cannot_give_an_answer_are_refused_in_one_line(call, refusal):
+    """samples=5 returned k̂ = ∞ for every datapoint, simulations=-1 raised torch.cat's error (issue 71)."""
+    model = orthogonal_model(n=20)
+    guide = exact_guide(model, model.x)
+    with pytest.raises(GuideError, match=refusal):
+        call(model.model, guide, model.x)

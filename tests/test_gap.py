@@ -21,6 +21,7 @@ from amortized_pyro.local.estimates import local_elbo, log_weights, per_draw
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import converge, refine
 from amortized_pyro.models.decoder import BayesianDecoderModel
+from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.report.gap_figures import gap_figure
 from amortized_pyro.report.tables import format_reports
@@ -345,3 +346,16 @@ def test_without_progress_bars_each_phase_of_a_gap_is_a_line_as_it_begins(tmp_pa
         assert phases == []
     else:
         assert phases == ["gap: q* (3 images)", "gap: q*_m, 8 θ draws (3 images)", "gap: AIS (3 images)"]
+
+
+@pytest.mark.parametrize("options, refusal", [
+    ({"split": "val"}, "^split must be one of train, test, got 'val'$"),
+    ({"n_images": 0}, "^n_images must be a whole number >= 1, got 0$"),
+    ({"n_images": -2}, "^n_images must be a whole number >= 1, got -2$"),
+    ({"n_images": 2.5}, "^n_images must be a whole number >= 1, got 2.5$"),
+])
+def test_measure_run_refuses_what_the_cli_refuses_in_one_line(tmp_path, options, refusal):
+    """The Python API's checks as the CLI's (issue 71): "val" measured the test images and labelled them "val",
+    -2 measured 48 of 50, 0 raised ZeroDivisionError; refused before the run is loaded."""
+    with pytest.raises(AmortizedPyroError, match=refusal):
+        measure_run(tmp_path / "no run needed", **options)

@@ -31,8 +31,9 @@ from pyro import poutine
 
 from amortized_pyro.autoguides.gap import REFINE_SEED, guide_factor, local_posterior
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import GuideError
-from amortized_pyro.local.diagnostics import grade, pareto_khat, ranks, uniformity, usable_below
+from amortized_pyro.local.diagnostics import KHAT_DRAWS, grade, pareto_khat, ranks, uniformity, usable_below
 from amortized_pyro.local.estimates import CHUNK, all_log_weights
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import converge, refine
@@ -76,7 +77,8 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     :param model: the Pyro model the guide was built from.
     :param guide: a trained :class:`~amortized_pyro.autoguides.AutoLocalGuide` (a flow's factor included; its
         refinement rows and q* take a Gaussian one).
-    :param int samples: S, z draws per datapoint and θ draw (ArviZ warns below ~100; k̂ settles with ~1,000).
+    :param int samples: S, z draws per datapoint and θ draw, at least 25 (fewer give every datapoint k̂ = ∞;
+        ArviZ warns below ~100; k̂ settles with ~1,000).
     :param int theta_draws: M, draws θ_m ~ q(θ) (module docstring).
     :param str theta: ``"sample"`` or ``"mean"`` (θ at q(θ)'s median).
     :param dict factors: name → (loc, scale) [n, size] of other Gaussian factors on the same datapoints, in the
@@ -95,6 +97,8 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
         (k̂ is unreliable above it: 0.7, or Vehtari et al.'s lower threshold for S draws), "size" (the local
         dimension)}.
     """
+    count("samples", samples, KHAT_DRAWS)
+    count("theta_draws", theta_draws, 1)
     built_guide(guide, args, kwargs, "importance_diagnostics")
     if refine_steps or q_star:
         guide.check_gaussian("k̂ of refined factors and of q*")
@@ -213,6 +217,8 @@ def local_sbc(model, guide, *args, simulations=200, draws=99, seed=0, with_data=
     :returns: {"ranks" [N][size], "draws", "simulations", "bins", "p_values" per coordinate, "p_value" (their
         Bonferroni combination), "size"}.
     """
+    count("simulations", simulations, 1)
+    count("draws", draws, 1)
     built_guide(guide, args, kwargs, "local_sbc")
     if not guide.can_infer_unseen:
         raise GuideError("local SBC runs the guide on simulated data: a per-datapoint guide has no factor for it")

@@ -3,6 +3,7 @@ posterior: :class:`~amortized_pyro.models.local_posterior.ModelPosterior`): whic
 the gap seed), a fresh guide's local ELBO on a report's draws (:func:`guide_elbos`), and the report of one run and
 split (:func:`measure_run`, what the ``gap`` command writes).
 """
+import numbers
 import time
 
 import torch
@@ -72,6 +73,9 @@ def phases(guide, settings, refine_steps=()):
     return said
 
 
+SPLITS = ("train", "test")
+
+
 def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps=(), device="cpu", log=print,
                 progress=False):
     """:func:`~amortized_pyro.autoguides.measure_gap` on ``n_images`` of a finished run's training or test images, drawn
@@ -79,6 +83,10 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
     the gap seed and the images' indices (see the ``gap`` command)."""
     settings = (settings or GapSettings()).check()
+    if split not in SPLITS:
+        raise AmortizedPyroError("split must be one of %s, got %r" % (", ".join(SPLITS), split))
+    if isinstance(n_images, bool) or not isinstance(n_images, numbers.Integral) or n_images < 1:
+        raise AmortizedPyroError("n_images must be a whole number >= 1, got %r" % (n_images,))
     log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
     data = model_data(result.model, data)

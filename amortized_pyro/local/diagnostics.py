@@ -28,6 +28,8 @@ from scipy import stats
 THRESHOLDS = (0.5, 0.7)  # k̂: good below the first, usable below the second, unreliable above (Vehtari et al.)
 GRADES = ("good", "usable", "unreliable")
 
+KHAT_DRAWS = 25  # ArviZ fits k̂ on the largest min(S / 5, 3 √S) weights: at S ≤ 20 that tail is too short (k̂ = ∞)
+
 
 CONSTANT = 1e-4  # nats: log weights whose standard deviation is below this are constant (q ∝ the target)
 

@@ -15,12 +15,11 @@ import math
 import torch
 
 from amortized_pyro.errors import GuideError
-from amortized_pyro.local.diagnostics import pareto_khat
+from amortized_pyro.local.diagnostics import KHAT_DRAWS, pareto_khat
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import all_log_weights, log_weights
 
 SCORES = ("spread", "khat", "elbo")
-KHAT_DRAWS = 25  # ArviZ fits k̂ on the largest min(S / 5, 3 √S) weights: at S ≤ 20 that tail is too short (k̂ = ∞)
 DEFAULT_DRAWS = {"spread": 8, "elbo": 8, "khat": 100}  # z draws per datapoint (and θ draw) for each score
 
 
