@@ -264,6 +264,9 @@ def test_sample_draws_one_row_per_class_and_refuses_in_one_line(tmp_path):
     assert min((rows[a] - rows[b]).abs().max().item() for a in range(10) for b in range(a)) > 0.01
     again = run_cli(["sample", out, "--out", tmp_path / "grid.png"])
     assert again.exit_code == 1 and "exists" in again.output and len(again.output.strip().splitlines()) == 1
+    rows = run_cli(["sample", out, "--rows", 3, "--out", tmp_path / "rows.png"])  # ignored before (issue 71)
+    assert rows.exit_code == 2 and "one row per class" in rows.output and not (tmp_path / "rows.png").exists()
+    assert len(rows.output.strip().splitlines()) == 1, rows.output
     (out / "summary.json").unlink()  # no longer a finished run
     unfinished = run_cli(["sample", out, "--out", tmp_path / "other.png"])
     assert unfinished.exit_code == 1 and "not a finished run" in unfinished.output
@@ -275,7 +278,13 @@ def test_sample_draws_rows_of_independent_z_for_an_unconditional_run(tmp_path):
     assert run_cli(["fit", "--width", 4, *TINY, "--out", out]).exit_code == 0
     result = run_cli(["sample", out, "--per-class", 4, "--rows", 2, "--seed", 3])
     assert result.exit_code == 0, result.output
-    assert (out / "samples.png").exists() and "2 rows of 4 images" in result.output
+    assert (out / "samples.png").exists() and "2 rows of 4 images: an unconditional run's rows" in result.output
+    # no ceiling before (100,000 per class: over 10 minutes at 10.5 GB), matplotlib's error for a .txt (issue 71)
+    ceiling = run_cli(["sample", out, "--per-class", 101])  # click's usage error, its range named
+    assert ceiling.exit_code == 2 and "101 is not in the range 1<=x<=100" in ceiling.output, ceiling.output
+    text = run_cli(["sample", out, "--out", out / "grid.txt"])
+    assert text.exit_code == 2 and "no '.txt' file" in text.output, text.output
+    assert len(text.output.strip().splitlines()) == 1 and not (out / "grid.txt").exists()
 
 
 @pytest.mark.parametrize("decoder_label", ["input", "every-layer"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 import torch
 from click.core import ParameterSource
+from matplotlib.backend_bases import FigureCanvasBase
 
 from amortized_pyro.cli.common import (DEBUG_ENV, OutPath, check_writable, comma_separated, friendly_errors,
                                        left_empty_removed, overwrite_option, replicas_option, stderr_log,
@@ -210,11 +211,15 @@ def plot_command(results_file, out, plateau_fraction):
     click.echo("wrote %d figures and summary.md into %s" % (len(paths), out))
 
 
+MAX_GRID = 100  # rows and columns of the sample command's grid (issue 71: 100,000 per class ran out of memory)
+
+
 @cli.command("sample")
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
-@click.option("--per-class", default=8, show_default=True, type=click.IntRange(min=1),
-              help="Draws of z per row: per class for a conditional run, per row for an unconditional one.")
-@click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1),
+@click.option("--per-class", default=8, show_default=True, type=click.IntRange(min=1, max=MAX_GRID),
+              help="Draws of z per row: per class for a conditional run, per row for an unconditional one (at most "
+                   "%d: a grid of 100 × 100 images is about 7,800 × 7,800 pixels)." % MAX_GRID)
+@click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_GRID),
               help="Rows of independent draws for an unconditional run (a conditional run has one per class).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the z draws.")
 @click.option("--same-z", is_flag=True, help="A conditional run's analogies: each column one draw of z's noise, "
@@ -231,6 +236,11 @@ def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
     from amortized_pyro.report.samples import sample_figure
 
     out = Path(out) if out else Path(run_dir) / "samples.png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix.lower()[1:] not in formats:
+        raise InvalidSettings("--out: matplotlib writes no %r file; name a .png (or %s)"
+                              % (out.suffix or "suffix-less", ", ".join("." + f for f in sorted(formats) if f != "png")),
+                              ["out"])
     if out.exists() and not overwrite:
         raise AmortizedPyroError("%s exists: --overwrite to replace it, or --out another file" % out)
     check_finished(run_dir)
@@ -240,6 +250,9 @@ def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
     if same_z and not model.n_classes:
         raise InvalidSettings("--same-z shares each column's z across classes: it needs a conditional run",
                               ["same_z"])
+    if model.n_classes and given(["rows"]):
+        raise InvalidSettings("--rows sets an unconditional run's rows: this conditional run draws one row per class",
+                              ["rows"])
     images = draw_grid(model, result.guide.global_mean(), per_class, generator,
                        n_rows=None if model.n_classes else rows, same_z=same_z)
     theta = "θ̂ (a point-estimated decoder)" if result.config.decoder_prior == "none" else "θ at q(θ)'s mean"
@@ -254,7 +267,8 @@ def sample_command(run_dir, per_class, rows, seed, same_z, out, overwrite):
             "Samples of %s (unconditional: rows are independent draws, not classes): z ~ N(0, I), shown as "
             "E[x | z, θ] with %s (seed %d)" % (config_label(result.config), theta, seed))
     sample_figure(images.cpu().numpy(), model.image_shape, names, title, out)
-    click.echo("wrote %s (%d rows of %d images)" % (out, len(names), per_class))
+    click.echo("wrote %s (%d rows of %d images%s)" % (out, len(names), per_class, "" if model.n_classes else
+                                                       ": an unconditional run's rows, --per-class draws in each"))
     if model.n_classes:
         click.echo(_class_accuracy_line(run_dir, result, images))
 
