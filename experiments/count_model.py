@@ -8,7 +8,8 @@ The scANVI-style model of tests/toy_models.py (:class:`CountModel`: 50 genes, li
 builders with their defaults. Reports per guide and seed: the steps taken before a non-finite loss or a refusal
 (and its line), the held-out ELBO per cell (500 new cells, 10 particles), and Spearman's ρ of the guide's
 median l_n with the true library sizes. One JSON line per (guide, seed) in ``--out``, resumable:
-``python experiments/count_model.py --out figures/defaults-vs-hand/counts.jsonl``
+``python experiments/count_model.py --out figures/defaults-vs-hand/counts.jsonl [--init median --guides amortized
+semi-amortized iterative]`` (``--init median``: the builders started at the priors' medians, their lines named so).
 """
 import argparse
 import json
@@ -21,6 +22,7 @@ from scipy.stats import spearmanr
 
 import pyro
 from pyro.infer import SVI, Trace_ELBO
+from pyro.infer.autoguide import init_to_median
 from pyro.optim import ClippedAdam
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -33,13 +35,17 @@ from amortized_pyro.errors import AmortizedPyroError  # noqa: E402
 GUIDES = ("hand", "amortized", "semi-amortized", "iterative")
 
 
-def run(kind, seed, steps, train, test, true_library):
+INITS = {"default": {}, "median": {"init_loc_fn": init_to_median}}  # the builders' init_loc_fn (--init)
+
+
+def run(kind, seed, steps, train, test, true_library, init="default"):
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     counts = CountModel.for_data(train)
-    guide = counts.guide if kind == "hand" else AUTOGUIDES[kind](counts.model, plate="cells")
+    guide = counts.guide if kind == "hand" else AUTOGUIDES[kind](counts.model, plate="cells", **INITS[init])
     svi = SVI(counts.model, guide, ClippedAdam({"lr": 1e-3}), Trace_ELBO())
-    out, taken, stopped = {"guide": kind, "seed": seed}, 0, None
+    name = kind if init == "default" or kind == "hand" else "%s, init %s" % (kind, init)
+    out, taken, stopped = {"guide": name, "seed": seed}, 0, None
     for _ in range(steps):
         try:
             loss = svi.step(train)
@@ -71,17 +77,20 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--guides", nargs="+", choices=GUIDES, default=list(GUIDES))
+    parser.add_argument("--init", choices=sorted(INITS), default="default",
+                        help="the builders' init_loc_fn: their default (init_to_feasible) or init_to_median")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pyro.enable_validation(True)
     train, _ = CountModel.simulate(2000, 0)
     test, library = CountModel.simulate(500, 1)
     done = {(r["guide"], r["seed"]) for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
+    label = lambda kind: kind if args.init == "default" or kind == "hand" else "%s, init %s" % (kind, args.init)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for seed in args.seeds:
         for kind in args.guides:
-            if (kind, seed) not in done:  # resumable: a finished line is kept, never redone
-                append_jsonl(args.out, run(kind, seed, args.steps, train, test, library))
+            if (label(kind), seed) not in done:  # resumable: a finished line is kept, never redone
+                append_jsonl(args.out, run(kind, seed, args.steps, train, test, library, args.init))
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
                 own.objective = "elbo"
             fresh = AutoAmortizedNormal(model, plate=guide.plate, encoder=encoder, encoder_input=encoder_input,
                                         width=width, layers=layers, init_scale=guide.init_scale,
+                                        init_loc_fn=guide.init_loc_fn,
                                         head_init=getattr(guide, "head_init", "zero"),
                                         standardize=getattr(guide, "standardize", True),
                                         global_guide=guide.global_kind if own is None else own,
