@@ -256,3 +256,14 @@ def test_gap_says_each_phase_without_a_progress_bar(tmp_path):
     text = result.output.split("|")[0]  # before the table
     for phase in ("loading", "q*", "q*_m", "IWAE", "AIS", "measured in"):
         assert phase in text, result.output
+
+
+def test_no_progress_bar_where_the_output_is_not_a_terminal(tmp_path):
+    """A log or a pipe (CliRunner's output is one) gets no bars by default: a tqdm bar's carriage returns and
+    rates flooded logs (issue 71); --progress asks for them anyway."""
+    args = [a for a in TINY if a != "--no-progress"] + ["--predictive-draws", "0"]
+    quiet = run("fit", *args, "--out", tmp_path / "run")
+    assert quiet.exit_code == 0, quiet.output
+    assert "%|" not in quiet.output and "\r" not in quiet.output, quiet.output  # tqdm's "100%|███| 2/2"
+    loud = run("fit", *args, "--progress", "--out", tmp_path / "loud")
+    assert loud.exit_code == 0 and "%|" in loud.output, loud.output

@@ -2,6 +2,7 @@
 :class:`~amortized_pyro.local.gaps.GapSettings`: help, range, choices), and ``--config FILE``, which reads a TOML
 preset into click's ``default_map`` so that options given on the command line override it."""
 import functools
+import sys
 import math
 from dataclasses import fields
 
@@ -78,9 +79,15 @@ def settings_options(settings, grid=True, progress=True, prefix="", defaults=Non
     ``prefix`` and ``defaults`` (an instance of ``settings``): as :func:`field_option`'s."""
     options = [field_option(f, prefix, defaults) for f in fields(settings) if grid or not f.metadata["grid"]]
     if progress:
-        options.append(click.option("--progress/--no-progress", default=True, show_default=True,
-                                    help="Show a progress bar."))
+        options.append(click.option("--progress/--no-progress", default=_on_a_terminal,
+                                    show_default="where stderr is a terminal",
+                                    help="Show a progress bar (in a log or a pipe, a line per phase instead: bars "
+                                         "flooded logs, issue 71)."))
     return lambda command: functools.reduce(lambda cmd, option: option(cmd), reversed(options), command)
+
+
+def _on_a_terminal():
+    return sys.stderr.isatty()
 
 
 def load_config_file(ctx, param, value):
