@@ -22,7 +22,8 @@ from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.config import FitConfig, check_stop_gain, parse_every
 from amortized_pyro.runs.images import data_info, prepare_data, run_data
 from amortized_pyro.runs.summary_text import format_fit
-from amortized_pyro.runs.store import RunWriter, describe, read_checkpoint, read_info, read_run, restore, run_status
+from amortized_pyro.runs.store import (RunWriter, describe, load_guide_state, read_checkpoint, read_info, read_run,
+                                       restore, run_status)
 from amortized_pyro.support.devices import resolve_device
 
 
@@ -184,6 +185,10 @@ class TrainingRun:
         :param log: where the line saying so goes
         """
         checkpoint = read_checkpoint(path)
+        epoch, planned = checkpoint.get("epoch"), info["config"]["epochs"]
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= planned:
+            raise AmortizedPyroError("checkpoint.pt in %s says epoch %r of a run of %d epochs: not this run's "
+                                     "checkpoint" % (path, epoch, planned))
         if run_status(path) == "finished":
             log("extending the finished run %s from %d to %d epochs" % (path, info["config"]["epochs"], config.epochs))
         else:
@@ -275,7 +280,7 @@ def load_run(path, device="cpu", data=None):
         model, guide = build(config, info["data"]["n_obs"], info["data"]["x_dim"], device,
                              info["data"].get("image_shape"),  # runs of earlier versions: square, one channel
                              labels.get("n_classes"))
-    guide.load_state_dict(guide_state)
+    load_guide_state(guide, guide_state, "the run's parameters in %s" % path)
     train_seconds = history[-1]["time"] if history else 0.0
     return FitResult(config, history, model, guide, info["data"]["source"], str(device), train_seconds,
                      info["data"]["mean_image_mse"], path)

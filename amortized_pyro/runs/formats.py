@@ -238,11 +238,10 @@ def read_array_file(path):
         train = to_unit_floats(arrays["train"], "%s[train]" % path)
         test = to_unit_floats(arrays["test"], "%s[test]" % path) if "test" in keys else None
         return joined(train, test, path, (arrays.get("train_labels"), arrays.get("test_labels")))
-    key = "images" if "images" in keys else (keys.pop() if len(keys) == 1 else None)
-    if key is None:
+    if "images" not in keys:  # an array of another name is not taken for the images (issue 71: 'foo' was)
         raise AmortizedPyroError("%s: expected arrays 'train' (and 'test') or 'images', found %s"
                                  % (path, sorted(keys)))
-    return joined(to_unit_floats(arrays[key], "%s[%s]" % (path, key)), None, path, (arrays.get("labels"), None))
+    return joined(to_unit_floats(arrays["images"], "%s[images]" % path), None, path, (arrays.get("labels"), None))
 
 
 def joined(train, test, where, labels=(None, None)):

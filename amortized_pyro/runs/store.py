@@ -118,11 +118,30 @@ def checkpoint_state(guide, state, device, rng=None):
             "train_seconds": state.train_seconds}
 
 
+def load_guide_state(guide, state, what):
+    """``guide.load_state_dict(state)``, a state of another guide (another run's ``what``, a file of another
+    guide or version) refused in one line naming what differs, not torch's list of every key."""
+    ours = guide.state_dict()
+    missing, unexpected = sorted(set(ours) - set(state)), sorted(set(state) - set(ours))
+    shaped = sorted(k for k in set(ours) & set(state) if torch.is_tensor(state[k]) and state[k].shape != ours[k].shape)
+    if missing or unexpected or shaped:
+        parts = ["%d missing (%s)" % (len(missing), missing[0])] if missing else []
+        parts += ["%d not this guide's (%s)" % (len(unexpected), unexpected[0])] if unexpected else []
+        parts += ["%d of another shape (%s)" % (len(shaped), shaped[0])] if shaped else []
+        raise AmortizedPyroError("%s holds the parameters of another guide than this run's config.json builds: %s; "
+                                 "another run's file?" % (what, ", ".join(parts)))
+    guide.load_state_dict(state)
+
+
 def restore(checkpoint, guide, state, schedule, device):
     """Put a checkpoint back into ``guide`` and ``state``: parameters, optimizer (with the schedule's
     learning rate and betas, which a resume may change), every random state, the history."""
-    guide.load_state_dict(checkpoint["guide"])
-    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    load_guide_state(guide, checkpoint["guide"], "checkpoint.pt")
+    try:
+        state.optimizer.load_state_dict(checkpoint["optimizer"])
+    except (ValueError, KeyError, TypeError) as e:  # torch's check of the groups' sizes
+        raise AmortizedPyroError("checkpoint.pt holds another optimizer's state than this run's guide takes (%s): "
+                                 "another run's file?" % str(e).splitlines()[0]) from None
     for group in state.optimizer.param_groups:
         group.update(lr=schedule.lr, betas=(schedule.beta1, schedule.beta2))
     set_rng_states(checkpoint["rng"], device)

@@ -36,5 +36,8 @@ def load_tensors(path, what):
             raise AmortizedPyroError("%s holds more than tensors and numbers (it would call %s): refused unrun, as a "
                                      "run's files are data, not code (use only runs from a source you trust)"
                                      % (what, called.group(1))) from None
+        if "PytorchStreamReader" in message or isinstance(e, OSError):  # torch's zip reader on a cut-off file
+            raise AmortizedPyroError("cannot read %s: not a whole .pt file (truncated, or not written by "
+                                     "torch.save)" % what) from None
         detail = message.split("WeightsUnpickler error:")[-1].strip() or message
         raise AmortizedPyroError("cannot read %s: %s" % (what, detail.splitlines()[0])) from None
