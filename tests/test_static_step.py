@@ -3,6 +3,8 @@ captured) it reads its arguments from buffers and gives the eager step's paramet
 batch shapes and KL weights changing, for A-VI, F-VI, constant-VI and a builder on a model the package did not
 write; --graph is refused in one line where it cannot capture; on CUDA (skipped without one) a captured run's
 ELBO falls within the eager runs' spread."""
+import contextlib
+import copy
 import math
 
 import pytest
@@ -119,3 +121,115 @@ def test_on_cuda_a_captured_run_ends_within_the_eager_runs_spread():
     se = math.sqrt(sum(sum((x - m) ** 2 for x in v) / 2 / 3 for v, m in zip(finals.values(), means)))
     assert all(math.isfinite(x) for v in finals.values() for x in v)
     assert abs(means[0] - means[1]) < 4 * max(se, 1e-3 * abs(means[0])), finals
+
+
+class StandInGraphs:
+    """CudaGraphs on the CPU: a capture leaves what a real one leaves (the parameters and the optimizer's state
+    unchanged, each .grad a buffer of the graph's), a replay runs the step, writing its gradients into those
+    buffers and its loss into the captured loss, as a real replay's kernels write theirs."""
+
+    def __init__(self, params, optimizer):
+        self.params, self.optimizer = params, optimizer
+
+    def on_a_side_stream(self, run):
+        return run()
+
+    def capture(self, body):
+        kept = [p.detach().clone() for p in self.params], copy.deepcopy(self.optimizer.state_dict())
+        loss = body()
+        buffers = [p.grad for p in self.params]
+        with torch.no_grad():
+            for p, value in zip(self.params, kept[0]):
+                p.copy_(value)
+        self.optimizer.load_state_dict(kept[1])
+        return StandInGraph(self, body, buffers, loss), loss
+
+
+class StandInGraph:
+    def __init__(self, graphs, body, buffers, loss):
+        self.graphs, self.body, self.buffers, self.loss = graphs, body, buffers, loss
+
+    def replay(self):
+        for p in self.graphs.params:
+            p.grad = None
+        self.loss.copy_(self.body())
+        for p, buffer in zip(self.graphs.params, self.buffers):
+            buffer.copy_(p.grad)
+            p.grad = buffer
+
+
+def test_the_first_eager_step_after_a_capture_adds_no_replays_gradient():
+    """Batches of 4 rows (3 eager warm-up steps, the 4th captured, the 5th replayed), then one of 2 rows (eager,
+    its shape's warm-up): the parameters are those of six eager steps. Before, the eager step added the last
+    replay's gradient, left in the graph's buffers, to its own."""
+    trained = []
+    for captured in (False, True):
+        torch.manual_seed(0)
+        weight = torch.nn.Parameter(torch.randn(3))
+        optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+
+        def elbo(x):
+            return ((x @ weight) - 1.0).pow(2).sum()
+
+        static = StaticStep(elbo, optimizer, capture=captured, warmup=3,
+                            cuda=StandInGraphs([weight], optimizer) if captured else None)
+        data = torch.randn(6, 4, 3, generator=torch.Generator().manual_seed(1))
+        for x in list(data[:5]) + [data[5, :2]]:
+            static(x)
+        trained.append(weight.detach().clone())
+        if captured:
+            assert len(static.graphs) == 1  # the 4-row shape was captured
+    torch.testing.assert_close(trained[1], trained[0], rtol=1e-6, atol=1e-7)
+
+
+def test_a_broken_capture_says_its_cause_and_leaves_the_capture_stream(monkeypatch):
+    """torch.cuda.graph's exit ran capture_end() before leaving its stream: a capture broken by a host sync
+    raised capture_end's error, not the cause, and left the capture stream current (issue 70). CudaGraphs
+    ends the capture and leaves the stream on every path, and raises the cause."""
+    from amortized_pyro.inference.static_step import CudaGraphs
+
+    events = []
+
+    class Graph:
+        def capture_begin(self):
+            events.append("begin")
+
+        def capture_end(self):
+            events.append("end")
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def on(stream):
+        events.append("enter")
+        yield
+        events.append("leave")
+
+    for name, value in (("CUDAGraph", Graph), ("Stream", Stream), ("stream", on), ("current_stream", Stream),
+                        ("synchronize", lambda: None)):
+        monkeypatch.setattr(torch.cuda, name, value)
+
+    def body():
+        raise RuntimeError("operation not permitted when stream is capturing (a host sync: .item())")
+
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        CudaGraphs().capture(body)
+    assert events == ["enter", "begin", "end", "leave"]
+
+
+def test_no_random_stream_is_forked_on_the_gpu_while_capturing(monkeypatch):
+    """A builder's plate read forks the random streams; setting a CUDA generator's state inside a capture is
+    refused by PyTorch: while capturing, only the CPU's is forked (issue 70)."""
+    from amortized_pyro.support import streams
+
+    forked = []
+    monkeypatch.setattr(torch.random, "fork_rng", lambda devices: forked.append(devices) or contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for capturing in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+        with streams.outside_the_stream(torch.device("cuda", 0)):
+            pass
+    assert forked == [[0], []]

@@ -31,6 +31,46 @@ from amortized_pyro.inference.svi import step as eager_step
 WARMUP = 3  # eager steps of a batch shape before it is captured (optimizer state, allocator, cuBLAS workspaces)
 
 
+class CudaGraphs:
+    """What :class:`StaticStep` asks of CUDA, in one place (a test gives a stand-in that runs on the CPU):
+    a side stream for warm-up steps, and a capture whose beginning and end, and the capture stream, are managed
+    here rather than by ``torch.cuda.graph``, whose exit calls ``capture_end()`` before it leaves the capture
+    stream: a capture broken by a host sync raised ``capture_end``'s error there, hiding the cause, and left the
+    capture stream current (issue 70)."""
+
+    def on_a_side_stream(self, run):
+        """``run()`` on a side stream, the current one waiting for it (torch.cuda.graphs' warm-up recipe)."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = run()
+        torch.cuda.current_stream().wait_stream(side)
+        return result
+
+    def capture(self, body):
+        """A CUDA graph of ``body()`` and what it returned; the first error raised inside it or by ending the
+        capture (the cause first), with the capture ended and the stream restored whatever happened."""
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        torch.cuda.synchronize()
+        stream.wait_stream(torch.cuda.current_stream())
+        cause, result = None, None
+        with torch.cuda.stream(stream):  # left on every path
+            graph.capture_begin()
+            try:
+                result = body()
+            except RuntimeError as error:
+                cause = error
+            finally:
+                try:
+                    graph.capture_end()
+                except RuntimeError as error:  # raised by a broken capture: the cause, where there is none before
+                    cause = cause or error
+        torch.cuda.current_stream().wait_stream(stream)
+        if cause is not None:
+            raise cause
+        return graph, result
+
+
 class StaticStep:
     """``static(*args)`` → the step's loss (a device tensor): one SVI step of the ELBO module ``elbo`` (called on
     ``args``, e.g. a minibatch's rows x [B, ...], its indices idx [B], the KL weight) with ``optimizer``, every
@@ -38,8 +78,9 @@ class StaticStep:
     same tensor at every call (the model's whole data), passed as they are; with ``capture`` (CUDA only) replayed
     from a CUDA graph per shape of the arguments after ``warmup`` eager steps of it."""
 
-    def __init__(self, elbo, optimizer, capture=False, warmup=WARMUP, fixed=()):
+    def __init__(self, elbo, optimizer, capture=False, warmup=WARMUP, fixed=(), cuda=None):
         self.elbo, self.optimizer, self.capture, self.warmup, self.fixed = elbo, optimizer, capture, warmup, fixed
+        self.cuda = cuda or CudaGraphs()
         self.buffers, self.graphs, self.seen = {}, {}, {}
 
     def _static(self, args):
@@ -67,29 +108,30 @@ class StaticStep:
         return self._captured(key, static)
 
     def _eager(self, static):
+        # after a capture each .grad is a graph's buffer, holding its last replay's gradient: the eager step
+        # (which zeroes after its update) would add it to its own (issue 70: a weight moved by 6.0 for 2.0)
+        self.optimizer.zero_grad(set_to_none=True)
         if not self.capture:
             return eager_step(self.elbo, self.optimizer, *static)
-        side = torch.cuda.Stream()  # warm-up off the default stream, as torch.cuda.graphs asks
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            loss = eager_step(self.elbo, self.optimizer, *static)
-        torch.cuda.current_stream().wait_stream(side)
-        return loss
+        return self.cuda.on_a_side_stream(lambda: eager_step(self.elbo, self.optimizer, *static))
 
     def _captured(self, key, static):
-        graph = torch.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)
+
+        def body():
+            loss = self.elbo(*static)
+            loss.backward()
+            self.optimizer.step()
+            return loss.detach()  # no autograd graph kept beyond the capture
+
         try:
-            with torch.cuda.graph(graph):
-                loss = self.elbo(*static)
-                loss.backward()
-                self.optimizer.step()
+            graph, loss = self.cuda.capture(body)
         except RuntimeError as error:  # a capture runs nothing: the parameters are as they were
             self.capture = False
             self.optimizer.zero_grad(set_to_none=True)
             warnings.warn("the SVI step could not be captured in a CUDA graph (%s): the eager step from here on"
                           % str(error).splitlines()[0], RuntimeWarning, stacklevel=2)
             return eager_step(self.elbo, self.optimizer, *static)
-        self.graphs[key] = (graph, loss.detach())  # no autograd graph kept beyond the capture
+        self.graphs[key] = (graph, loss)
         graph.replay()  # capture records without running: this call's step is the first replay
-        return loss.detach().clone()
+        return loss.clone()

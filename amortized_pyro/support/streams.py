@@ -8,8 +8,12 @@ import torch
 
 def outside_the_stream(*devices):
     """The global random streams forked: draws made inside leave them as they were. The CPU's, and those of
-    the GPUs among ``devices`` (a GPU not named is not touched: forking it would start CUDA there)."""
-    return torch.random.fork_rng(devices=sorted({d.index or 0 for d in devices if d.type == "cuda"}))
+    the GPUs among ``devices`` (a GPU not named is not touched: forking it would start CUDA there), except while a
+    CUDA graph is being captured: PyTorch refuses to read or set a generator's state then (issue 70), and a draw
+    inside a capture takes its numbers from the graph's own offsets, moving no stream an eager step reads."""
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return torch.random.fork_rng(devices=[] if capturing else sorted({d.index or 0 for d in devices
+                                                                       if d.type == "cuda"}))
 
 
 def rng_states(device):
