@@ -182,3 +182,28 @@ def test_sync_free_estimator_repeats_pyros_trace_elbo_draw_for_draw(guide_name, 
         assert loss_ours == pytest.approx(loss_pyro, rel=1e-6)
         for g_ours, g_pyro in zip(grads_ours, grads_pyro):
             assert torch.allclose(g_ours, g_pyro, rtol=1e-5, atol=1e-6)
+
+
+def test_a_draw_scored_by_its_noise_has_the_densitys_value_and_gradient():
+    """DrawnNormal (q's Normal for the ELBO, issue 70) scores its own draw as −½ε² − log s − ½ log 2π: the value
+    of torch's Normal density at that draw, and the same gradient in (m, log s) through the draw and the density
+    together; another value is scored by torch's formula."""
+    from amortized_pyro.autoguides.objectives import DrawnNormal
+
+    results = []
+    for cls in (DrawnNormal, pyro.distributions.Normal):
+        loc = torch.randn(50, generator=torch.Generator().manual_seed(0), dtype=torch.float64).requires_grad_()
+        log_scale = (0.3 * torch.randn(50, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+                     ).requires_grad_()
+        torch.manual_seed(2)
+        q = cls(loc, log_scale.exp())
+        value = q.rsample()
+        log_q = q.log_prob(value).sum()
+        (torch.sin(value).sum() - log_q).backward()  # a log p of the draw beside it, as an ELBO has
+        results.append((value.detach(), log_q.detach(), loc.grad, log_scale.grad))
+    for ours, torchs in zip(*results):
+        torch.testing.assert_close(ours, torchs, rtol=1e-12, atol=1e-12)
+    other = torch.zeros(50, dtype=torch.float64)
+    q = DrawnNormal(torch.ones(50, dtype=torch.float64), torch.full((50,), 2.0, dtype=torch.float64))
+    q.rsample()
+    torch.testing.assert_close(q.log_prob(other), torch.distributions.Normal(1.0, 2.0).log_prob(other))
