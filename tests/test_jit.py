@@ -68,3 +68,36 @@ def test_jit_elbo_is_the_plain_one_on_other_data(name, Elbo):
                 torch.testing.assert_close(grad, expected_grads[key], rtol=1e-4, atol=1e-4, msg=key)
         losses.append(loss)
     assert losses[0] != pytest.approx(losses[1], rel=1e-3)  # the two calls computed different numbers
+
+
+@pytest.mark.parametrize("name", ["amortized", "per-datapoint", "shared", "semi-amortized", "iterative"])
+def test_the_study_guides_train_under_pyros_jit_inside_pyros_param_store(name):
+    """The package's study guides keep their parameters in their modules, where Pyro's JIT ELBOs cannot find them
+    (a KeyError naming the first); inside pyros_param_store() they leave them in Pyro's store: the JIT's loss and
+    gradients on other data than the traced call's are Trace_ELBO's at the same seed (issue 70, item 2)."""
+    from amortized_pyro.models.decoder import BayesianDecoderModel
+    from amortized_pyro.models.guides import make_guide
+    from amortized_pyro.models.modules import pyros_param_store
+
+    x = torch.rand(40, 12, generator=torch.Generator().manual_seed(0))
+    found = []
+    for Elbo in (JitTrace_ELBO, Trace_ELBO):
+        pyro.clear_param_store()
+        with pyros_param_store():
+            torch.manual_seed(0)
+            model = BayesianDecoderModel(40, 12, 3, 8)
+            guide = make_guide(name, model, width=6)
+            elbo = Elbo(ignore_jit_warnings=True) if Elbo is JitTrace_ELBO else Elbo()
+            idx = torch.arange(10)
+            pyro.set_rng_seed(1)
+            elbo.loss_and_grads(model, guide, x[idx], idx)  # traced on these rows
+            for p in guide.parameters():
+                p.grad = None
+            pyro.set_rng_seed(2)
+            loss = elbo.loss_and_grads(model, guide, x[idx + 10], idx + 10)
+            found.append((loss, {n: p.grad.clone() for n, p in guide.named_parameters() if p.grad is not None}))
+    (jit_loss, jit_grads), (loss, grads) = found
+    assert jit_loss == pytest.approx(loss, rel=1e-5)
+    assert jit_grads.keys() == grads.keys() and len(grads) >= 2
+    for key in grads:
+        torch.testing.assert_close(jit_grads[key], grads[key], rtol=1e-4, atol=1e-5, msg=key)

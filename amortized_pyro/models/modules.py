@@ -12,18 +12,46 @@ process would change it for the user's own Pyro code too. The context restores t
 not meant for two threads running Pyro at once. Its cost is part of the builder's fixed overhead per step (about
 0.1-0.25 ms in all, BENCHMARKS.md, bench/builder_step.py).
 """
+import contextlib
+
 import pyro
 from pyro.nn import PyroModule
 
+_IN_PYROS_STORE = [False]  # pyros_param_store() active: the package's modules leave their parameters to Pyro's store
+
+
+@contextlib.contextmanager
+def pyros_param_store():
+    """While it lasts, the package's modules keep their parameters where a plain PyroModule keeps them, in Pyro's
+    global param store, under their module names: what Pyro's JIT ELBOs (``JitTrace_ELBO``,
+    ``JitTraceMeanField_ELBO``) need, as they look each parameter up there by name (issue 70: a ``KeyError``
+    otherwise). The same tensors: the modules' ``state_dict`` and the store hold one object each; the store keeps them
+    after it (``pyro.clear_param_store()`` empties it). Build and train inside it::
+
+        with pyros_param_store():
+            svi = SVI(model, guide, optim, JitTrace_ELBO())
+            for batch in batches: svi.step(*batch)
+    """
+    before, _IN_PYROS_STORE[0] = _IN_PYROS_STORE[0], True
+    try:
+        yield
+    finally:
+        _IN_PYROS_STORE[0] = before
+
+
+def _local():
+    return pyro.settings.context(module_local_params=not _IN_PYROS_STORE[0])
+
 
 class LocalModule(PyroModule):
-    """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring); first in
-    the bases of a class that is also another PyroModule (the package's guide, an AutoGuide)."""
+    """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring; inside
+    :func:`pyros_param_store`, in Pyro's store); first in the bases of a class that is also another PyroModule (the
+    package's guide, an AutoGuide)."""
 
     def __init__(self, *args, **kwargs):
-        with pyro.settings.context(module_local_params=True):
+        with _local():
             super().__init__(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        with pyro.settings.context(module_local_params=True):
+        with _local():
             return super().__call__(*args, **kwargs)
