@@ -22,6 +22,9 @@ def setting(default, help, low=None, open_low=False, high=None, open_high=False,
                                                  result=result))
 
 
+KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}  # said in words
+
+
 def field_error(f, value):
     """What is wrong with ``value`` for field ``f`` (a line naming the field), or None."""
     m, name = f.metadata, f.name
@@ -29,7 +32,7 @@ def field_error(f, value):
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        return "%s expects a %s, got %r" % (name, expected.__name__, value)
+        return "%s expects %s, got %r" % (name, KINDS.get(expected, "a " + expected.__name__), value)
     if m["choices"] and value not in m["choices"]:
         return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
     if m["parse"]:

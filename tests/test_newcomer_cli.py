@@ -267,3 +267,14 @@ def test_no_progress_bar_where_the_output_is_not_a_terminal(tmp_path):
     assert "%|" not in quiet.output and "\r" not in quiet.output, quiet.output  # tqdm's "100%|███| 2/2"
     loud = run("fit", *args, "--progress", "--out", tmp_path / "loud")
     assert loud.exit_code == 0 and "%|" in loud.output, loud.output
+
+
+def test_a_reconstruction_worse_than_the_mean_image_is_said_to_be_expected_early(tmp_path):
+    """The README's first command (50 epochs) printed a plug-in MSE worse than the mean image's without a word
+    (issue 71); two epochs of a tiny run are worse still: the summary says it is expected so early."""
+    result = run("fit", *TINY, "--predictive-draws", "0", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    mse = next(line for line in result.output.splitlines() if line.startswith("train MSE"))
+    plugin, mean = float(mse.split("plug-in ")[1].split(",")[0]), float(mse.split("mean image ")[1])
+    assert plugin > mean, mse  # the case this test is about
+    assert "further from the images than their mean image is: expected early" in result.output

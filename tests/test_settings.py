@@ -49,7 +49,7 @@ def test_preset_with_command_line_overrides_is_recorded(tmp_path):
     assert final["elbo"] is not None and final["elbo"] != final["objective"] and 0 < final["theta_scale_mean"] < 1
 
 
-@pytest.mark.parametrize("text, expected", [("epochs = 'ten'", "epochs expects a int, got 'ten'"),
+@pytest.mark.parametrize("text, expected", [("epochs = 'ten'", "epochs expects a whole number, got 'ten'"),
                                             ("no_such_thing = 1", "unknown setting"),
                                             ("epochs = [", "cannot read config file")])
 def test_bad_preset_is_a_usage_error(tmp_path, text, expected):

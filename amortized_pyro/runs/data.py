@@ -175,7 +175,8 @@ def pick_subsets(pool, n_obs, n_test, seed, log):
         if n_obs + n_test > available:
             n_test = min(n_test, available // 5)
             n_obs = min(n_obs, available - n_test)
-            log("only %d images in this source: using n_obs=%d, n_test=%d" % (available, n_obs, n_test))
+            log("only %d image%s in this source: using n_obs=%d, n_test=%d"
+                % (available, "" if available == 1 else "s", n_obs, n_test))
         order = torch.randperm(available, generator=generator)
         rows, test_rows = order[:n_obs], order[n_obs:n_obs + n_test]
         return pool.train[rows], pool.train[test_rows], take(pool.train_labels, rows), take(pool.train_labels, test_rows)

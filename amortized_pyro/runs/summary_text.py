@@ -25,6 +25,11 @@ def format_fit(result):
         lines.append("%-5s MSE       plug-in %s, predictive %s, mean image %s" % (
             split, _fmt(final["%s_plugin_mse" % split]), _fmt(final["%s_predictive_mse" % split]),
             _fmt(result.mean_image_mse["%s_mse" % split])))
+    train_mse, mean_mse = final["train_plugin_mse"], result.mean_image_mse["train_mse"]
+    if train_mse is not None and mean_mse is not None and train_mse > mean_mse:  # NaN compares False: no line
+        lines.append("                (the reconstructions are further from the images than their mean image is: "
+                     "expected early, as every guide first sits near the mean image in the studies' regime "
+                     "(docs/results.md); train longer)")
     if result.out:
         lines.append("results in      %s" % result.out)
     return "\n".join(lines)
