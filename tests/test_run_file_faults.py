@@ -15,18 +15,10 @@ from amortized_pyro.errors import AmortizedPyroError
 from conftest import tiny_finished_run
 
 
-def shared_run(out):
-    result = CliRunner().invoke(cli, ["fit", "--guide", "shared", "--dataset", "mnist-sample", "--n-obs", "60",
-                                      "--n-test", "20", "--epochs", "2", "--batch-size", "30", "--hidden", "8",
-                                      "--z-dim", "3", "--no-progress", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    return out
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    return tiny_finished_run(root / "amortized"), shared_run(root / "shared")
+    return tiny_finished_run(root / "amortized"), tiny_finished_run(root / "shared", guide="shared")
 
 
 def copy_of(run, tmp_path):
