@@ -101,3 +101,23 @@ def test_the_study_guides_train_under_pyros_jit_inside_pyros_param_store(name):
     assert jit_grads.keys() == grads.keys() and len(grads) >= 2
     for key in grads:
         torch.testing.assert_close(jit_grads[key], grads[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("Elbo", [JitTrace_ELBO, JitTraceMeanField_ELBO])
+@pytest.mark.parametrize("name", ["amortized", "per-datapoint"])
+def test_outside_pyros_param_store_a_study_guide_under_pyros_jit_is_refused_in_one_line(name, Elbo):
+    """Pyro's JIT looks each parameter up in its global store, where the study guides' module-local parameters are
+    not: one line naming the way out, not Pyro's KeyError naming a parameter (issue 70, item 2)."""
+    from amortized_pyro.errors import AmortizedPyroError
+    from amortized_pyro.models.decoder import BayesianDecoderModel
+    from amortized_pyro.models.guides import make_guide
+
+    x = torch.rand(40, 12, generator=torch.Generator().manual_seed(0))
+    model = BayesianDecoderModel(40, 12, 3, 8)
+    guide = make_guide(name, model, width=6)
+    idx = torch.arange(10)
+    with pytest.raises(AmortizedPyroError, match=r"^Pyro's JIT ELBOs .* inside `with amortized_pyro\.models\.modules"
+                       r"\.pyros_param_store\(\):`$") as refused:
+        Elbo(ignore_jit_warnings=True).loss_and_grads(model, guide, x[idx], idx)
+    assert "\n" not in str(refused.value)
+    assert Trace_ELBO().loss(model, guide, x[idx], idx) > 0  # the same guide outside the JIT: no refusal

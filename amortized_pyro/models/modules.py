@@ -16,6 +16,11 @@ import contextlib
 
 import pyro
 from pyro.nn import PyroModule
+from pyro.poutine.block_messenger import BlockMessenger
+from pyro.poutine.runtime import _PYRO_STACK
+from pyro.poutine.trace_messenger import TraceMessenger
+
+from amortized_pyro.errors import AmortizedPyroError
 
 _IN_PYROS_STORE = [False]  # pyros_param_store() active: the package's modules leave their parameters to Pyro's store
 
@@ -43,6 +48,14 @@ def _local():
     return pyro.settings.context(module_local_params=not _IN_PYROS_STORE[0])
 
 
+def under_pyros_jit():
+    """Whether Pyro's JIT is capturing the parameters of its first call: a param-only trace opened directly inside a
+    ``poutine.block()``, as pyro/ops/jit.py's ``CompiledFunction.__call__`` opens them (Pyro 1.9.2), where it then
+    looks each parameter up in its global store by name."""
+    return any(isinstance(outer, BlockMessenger) and isinstance(inner, TraceMessenger) and inner.param_only
+               for outer, inner in zip(_PYRO_STACK, _PYRO_STACK[1:]))
+
+
 class LocalModule(PyroModule):
     """A PyroModule whose PyroParams and nn.Parameters are module-local (see the module docstring; inside
     :func:`pyros_param_store`, in Pyro's store); first in the bases of a class that is also another PyroModule (the
@@ -53,5 +66,9 @@ class LocalModule(PyroModule):
             super().__init__(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        if not _IN_PYROS_STORE[0] and under_pyros_jit():  # else Pyro's KeyError naming one of our parameters
+            raise AmortizedPyroError(
+                "Pyro's JIT ELBOs look parameters up in Pyro's param store, and %s keeps its own: build and train it "
+                "inside `with amortized_pyro.models.modules.pyros_param_store():`" % type(self).__name__)
         with _local():
             return super().__call__(*args, **kwargs)
