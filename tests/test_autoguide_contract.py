@@ -117,7 +117,7 @@ def trained_on_the_prior(name):
     steps = 500 if "flow" in name else 300  # a flow's transforms train too
     x = data()
     pyro.set_rng_seed(0)
-    guide = BUILDERS[name](prior_only)
+    guide = BUILDERS[name](prior_only, **({} if name in FREE else {"encoder_input": 0}))  # x is not observed
     elbo = Trace_ELBO(num_particles=20, vectorize_particles=True, max_plate_nesting=1)
     optim = pyro.optim.ClippedAdam({"lr": 0.05, "betas": (0.8, 0.99), "lrd": 0.01 ** (1 / steps)})  # to 5e-4
     svi = SVI(prior_only, guide, optim, elbo)
@@ -186,7 +186,8 @@ def test_init_loc_fn(name):
     """init_to_value sets the global part, and the free factors' every datapoint (an encoder starts at torch's
     initialization)."""
     values = {"g": torch.tensor(0.7), "y": torch.linspace(0.5, 3.0, N)}
-    guide = BUILDERS[name](prior_only, init_loc_fn=init_to_value(values=values))
+    guide = BUILDERS[name](prior_only, init_loc_fn=init_to_value(values=values),
+                           **({} if name in FREE else {"encoder_input": 0}))  # x is not observed
     x = data()
     guide(x)
     median = guide.median(x)

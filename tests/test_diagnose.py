@@ -169,7 +169,7 @@ def test_refusals_are_one_line():
     assert diagnose(model.model, guide, model.x, samples=50)["calibration"] is None
     def transformed(x):  # the model observes its argument divided: no argument holds the observed values
         model.model(x / 255)
-    scaled = AutoAmortizedNormal(transformed, encoder=nn.Identity())
+    scaled = AutoAmortizedNormal(transformed, encoder=nn.Identity(), encoder_input=0)
     scaled(model.x * 255)
     with pytest.raises(GuideError, match="^local_sbc: none of the model's arguments, given the simulated values of "
                                          "the observed site 'x', makes the model observe them .* give with_data="):

@@ -205,3 +205,46 @@ def test_a_continuous_latent_the_guide_does_not_cover_is_refused():
     with pytest.raises(GuideError, match="latent site 'w' is not one of the guide's") as refusal:
         measure_gap(two_latents, guide, x, settings=TINY_GAP)
     assert "\n" not in str(refusal.value)
+
+
+def test_sa_vi_on_a_model_with_a_site_hidden_by_block_is_refused_at_its_first_call():
+    """SA-VI's steps read the local ELBO off the model it was built on: with the word topics hidden by
+    poutine.block, a draw of their prior at every step (issue 68, item 6); refused at the guide's first call, in
+    one line (it trained without a word before)."""
+    generator = torch.Generator().manual_seed(6)
+    words = torch.randint(VOCABULARY, (WORDS, DOCUMENTS), generator=generator)
+    histogram = torch.nn.functional.one_hot(words, VOCABULARY).float().mean(0)
+    guide = AutoSemiAmortizedNormal(poutine.block(lda, hide=["word_topics"]), encoder_input=lambda w: histogram,
+                                    width=8, steps=2)
+    with pytest.raises(GuideError, match="changes from call to call") as refusal:
+        guide(words)
+    assert "\n" not in str(refusal.value)
+    summed = AutoSemiAmortizedNormal(lda_summed, encoder_input=lambda w: histogram, width=8, steps=2)
+    assert summed(words)["doc_topics"].shape == (DOCUMENTS, TOPICS)  # the model summed out by hand: served
+
+
+def sums_every_dim(x):
+    """A global weight used through ``w.sum()`` with no dim: broadcast-unsafe without an error (stacked draws
+    of w are summed together), the kind of model the LDA example's Dirichlet(topic_weights) in its plate is."""
+    w = pyro.sample("w", dist.Normal(torch.zeros(3), 1.0).to_event(1))
+    with pyro.plate("data", len(x)):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0))
+        pyro.sample("x", dist.Normal(z * w.sum(), 1.0), obs=x)
+
+
+def test_stacked_draws_that_give_other_numbers_are_caught_and_run_one_at_a_time():
+    """Stacked θ draws of a model that sums over every dimension: other log joints, no error; the gap's entry
+    points (steady) compare two draws stacked with one at a time, warn and run one at a time: the same numbers as
+    draws="one-at-a-time" (without the check the stacked numbers differ: the check is what keeps them right)."""
+    from amortized_pyro.autoguides.local_joint import NotBroadcastSafe
+    x = torch.randn(6, generator=torch.Generator().manual_seed(9))
+    guide = AutoAmortizedNormal(sums_every_dim, width=4)
+    guide(x)
+    u = torch.randn(4, 6, 1, generator=torch.Generator().manual_seed(10))
+    theta = {"w": torch.randn(4, 1, 3, generator=torch.Generator().manual_seed(11))}  # a draw dim left of the plate
+    exact = LocalJoint(sums_every_dim, guide.structure, (x,), {}, draws="one-at-a-time")(None, u, theta)
+    unchecked = LocalJoint(sums_every_dim, guide.structure, (x,), {})(None, u, theta)
+    assert not torch.allclose(unchecked, exact, atol=1e-3)
+    with pytest.warns(NotBroadcastSafe, match="stacked differ from one at a time"):
+        checked = LocalJoint(sums_every_dim, guide.structure, (x,), {}, steady=True)(None, u, theta)
+    torch.testing.assert_close(checked, exact)

@@ -198,11 +198,11 @@ def test_a_guide_called_under_the_models_scale_too_is_refused_in_one_line():
     """The pattern the docs gave before (the guide called under the model's poutine.scale) would now scale the
     guide's sites twice, β² where the model has β: refused in one line, not a wrong loss."""
     guide = AutoAmortizedNormal(annealed, width=8)
-    guide(X, IDX, 0.2)
+    guide(X[IDX], IDX, 0.2)
     with pytest.raises(GuideError, match="^the model scales its latent sites .* call it under no poutine.scale, "
                                          "which would scale them twice$"):
         with poutine.scale(scale=0.2):
-            guide(X, IDX, 0.2)
+            guide(X[IDX], IDX, 0.2)
 
 
 def test_a_per_datapoint_scale_in_a_plate_that_draws_its_rows_is_refused_in_one_line():

@@ -108,6 +108,7 @@ class AutoLocalGuide(Measured, AutoGuide):
         self.plate, self.init_scale, self.global_kind = plate, float(init_scale), "own" if own else global_guide
         self._user_plates, self.init_loc_fn, self.local_mask = create_plates, init_loc_fn, local_mask
         self.structure, self.init_locs, self.call_plate, self._without_model = None, None, None, None
+        self.first_trace = None  # the first call's whole trace, while the guide sets itself up from it
         self.call_scales, self._scaled_model = (1.0, 1.0), False  # the model's (global, local) scales in this call
         self.q_theta = global_guide if own else None
         self.refine_generator = None  # where a family optimizes inside the guide (SA-VI): its z draws' generator
@@ -153,7 +154,11 @@ class AutoLocalGuide(Measured, AutoGuide):
                 self.q_theta = part(global_sites_model(full, self.structure), init_loc_fn=self.init_loc_fn, **options)
                 with poutine.block():
                     self.q_theta._setup_prototype(*args, **kwargs)
-        self._setup_local(indices, args, kwargs, self._device(full))
+        self.first_trace = full  # the whole first run, read by the families' setup (what the plate observes)
+        try:
+            self._setup_local(indices, args, kwargs, self._device(full))
+        finally:
+            self.first_trace = None
         if self.flow_transforms:
             if self.structure.size < 2:  # Zuko's one-variable transform has no hyper-network to start at zero
                 raise GuideError("a flow needs local latents of 2 or more dimensions (here %d): on one, an "

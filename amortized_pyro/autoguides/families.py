@@ -19,6 +19,7 @@ import torch
 from pyro.ops.tensor_utils import periodic_repeat
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
+from amortized_pyro.autoguides.encoder_input import EncoderInput, observed_rows
 from amortized_pyro.autoguides.factors import (DEFAULT_LAYERS, DEFAULT_WIDTH, AmortizedFactor, Encoder, FreeFactor,
                                                default_encoder)
 from amortized_pyro.autoguides.options import count
@@ -80,9 +81,12 @@ class AutoAmortizedNormal(AutoLocalGuide):
     :param callable model: as :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`.
     :param torch.nn.Module encoder: data [B, ...] → features [B, F]; None builds :func:`default_encoder`
         (``width``, ``layers``) for the flattened data.
-    :param encoder_input: the position of the model argument holding the plate's data (its first dimension
-        the datapoints: the batch, or all N and indexed by the plate), or a function of the model's arguments
-        returning it (the batch in the plate's order, or all N).
+    :param encoder_input: None (the default): the model argument that the plate's sites observe, found at the
+        first call (the batch, or all N picked by the plate's indices), and refused in one line where no argument
+        is observed as it is (``obs=x / 255``); else the position of the model argument holding the plate's data
+        (its first dimension the datapoints), or a function of the model's arguments returning it (the batch in
+        the plate's order, or all N). How its rows are the datapoints is read once, at the first call
+        (:class:`~.encoder_input.EncoderInput`).
     :param int width: the default encoder's width.
     :param int layers: the default encoder's hidden layers.
     :param str head_init: how the heads start: ``"centred"`` (the default) torch's default weights, shrunk
@@ -103,7 +107,7 @@ class AutoAmortizedNormal(AutoLocalGuide):
     family = "amortized"
     HEAD_INITS = ("centred", "zero", "torch")
 
-    def __init__(self, model, *, encoder=None, encoder_input=0, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
+    def __init__(self, model, *, encoder=None, encoder_input=None, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
                  head_init="centred", standardize=True, **kwargs):
         super().__init__(model, **kwargs)
         count("width", width, 1)
@@ -113,46 +117,28 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if encoder is not None and not isinstance(encoder, torch.nn.Module):
             raise GuideError("encoder must be a torch.nn.Module from the plate's data [B, ...] to features [B, F] "
                              "(or None: the default encoder), got %r" % (encoder,))
-        if not callable(encoder_input) and (isinstance(encoder_input, bool)
-                                            or not isinstance(encoder_input, numbers.Integral)):
+        if encoder_input is not None and not callable(encoder_input) and (
+                isinstance(encoder_input, bool) or not isinstance(encoder_input, numbers.Integral)):
             raise GuideError("encoder_input must be the position of the model's argument holding the data, or a "
                              "function of the model's arguments returning it, got %r" % (encoder_input,))
         self.encoder_input, self.width, self.layers, self.head_init = encoder_input, width, layers, head_init
-        self.standardize = standardize
+        self.standardize, self._input = standardize, None
         self._body = (encoder,)  # not a child until the factor is built around it
 
     def encoder_data(self, indices, args, kwargs):
-        """The plate's data for the datapoints ``indices`` of this call: [B, ...]."""
-        if callable(self.encoder_input):
-            data = self.encoder_input(*args, **kwargs)
-        else:
-            if self.encoder_input >= len(args):
-                raise GuideError("encoder_input=%d, but the model was called with %d positional arguments"
-                                         % (self.encoder_input, len(args)))
-            data = args[self.encoder_input]
-        if not torch.is_tensor(data) or data.dim() == 0:
-            raise GuideError("the encoder's input (model argument %r) is not a tensor of datapoints"
-                                     % self.encoder_input)
+        """The plate's data for the datapoints ``indices`` of this call: [B, ...] (the argument and how its rows are
+        the datapoints read at the first call: :class:`~.encoder_input.EncoderInput`)."""
+        full = self.plates[self.plate].size
+        if self.first_trace is not None:  # the first call's setup: read from what the model observes in the plate
+            self._input = EncoderInput.read(
+                self.encoder_input, args, kwargs, observed_rows(self.first_trace, self.plate), indices, full,
+                lambda: torch.equal(indices.cpu(), torch.arange(full)))
         # seeds packed as replicas (inference.replicas: the encoder's parameters stacked in front) read data
         # [R, rows, ...] and, on minibatches, indices [R, B]
         factor = self._modules.get("q_z")  # not ``self.q_z``: PyroModule registers its parameters at each access
         lead = int(factor is not None and factor.encoder.loc.weight.dim() > 2)
-        rows, batch, full = data.shape[lead], indices.shape[-1], self.plates[self.plate].size
-        if rows == full and batch != full:  # all N datapoints, the plate's indices pick the batch
-            return data.index_select(lead, indices.to(data.device))
-        if rows == batch and batch != full:  # the batch, in the plate's order
-            return data
-        if rows == batch == full:  # every datapoint: ambiguous where the plate's order is not 0..N-1 (a function
-            # of the model's arguments returns them in the plate's order: no check, no device sync per step)
-            # the model's plate over every datapoint is 0..N-1 by construction: no check (no host sync per step)
-            in_order = self.call_plate is not None and self.call_plate.covers_all
-            if not callable(self.encoder_input) and not in_order and not torch.equal(indices.cpu(), torch.arange(full)):
-                raise GuideError("the plate %r takes all %d datapoints in another order than its data's rows; "
-                                         "give encoder_input=a function of the model's arguments returning the "
-                                         "rows in the plate's order" % (self.plate, full))
-            return data
-        raise GuideError("the encoder's input has %d rows; the plate %r has %d datapoints in this batch "
-                                 "of %d" % (rows, self.plate, batch, full))
+        in_order = self.call_plate is not None and self.call_plate.covers_all  # 0..N-1 by construction
+        return self._input.rows(self._input.data(args, kwargs), indices, full, lead, in_order)
 
     def _encoder(self, data, device):
         """The :class:`~.factors.Encoder` around the user's body (left where the user put it) or the default

@@ -101,14 +101,17 @@ class LocalJoint:
     :param bool observed: the log-likelihood alone, log p(x_n | z_n, θ) (the observed sites; no prior term,
         no Jacobian): the per-datapoint log-likelihood that PSIS-LOO reads (:mod:`.inference_data`).
     :param bool steady: at the first call, run the model twice at the same values and refuse a log joint that
-        differs (module docstring): two model calls per instance, which the gap's entry points spend.
+        differs (module docstring), and, at the first call of several draws, check two of them stacked against
+        one at a time (a model that broadcasts the draws into its own dimensions gives other numbers, no error:
+        then one at a time, with a :class:`NotBroadcastSafe` warning): a few model calls per instance, which the
+        gap's entry points and the refining builders' first call spend.
     """
 
     def __init__(self, model, structure, args, kwargs=None, indices=None, stacked=False, draws="auto",
                  observed=False, steady=False):
         self.model, self.structure, self.args, self.kwargs = model, structure, args, dict(kwargs or {})
         self.indices, self.stacked, self.draws = indices, stacked, check_draws(draws)
-        self.observed, self.steady = observed, steady
+        self.observed, self.steady, self.check_stacking = observed, steady, steady
         self.latent_names = {site.name for site in structure.locals} | set(structure.globals)
         self.stray_rows = None  # observed site → the datapoint each observation depends on (-1: none), per call
 
@@ -129,17 +132,34 @@ class LocalJoint:
         if self.draws == "stacked":
             return self._run(flat, globals_, draws).reshape(lead + (batch,))
         try:
-            return self._run(flat, globals_, draws).reshape(lead + (batch,))
+            stacked = self._run(flat, globals_, draws).reshape(lead + (batch,))
         except (AmortizedPyroError, torch.OutOfMemoryError):
             raise
         except Exception as error:  # noqa: BLE001 (any error of the model's on stacked draws)
             failure = "%s: %s" % (type(error).__name__, (str(error).strip().splitlines() or [""])[0][:200])
+        else:
+            failure = self._stacking_differs(flat, theta, stacked) if self.check_stacking and draws > 1 else None
+            if failure is None:
+                return stacked
         _remember_unsafe(self.model, self.structure)
         cost = "about %d times slower here" % draws if draws > 1 else "one draw here; the gap's estimators pass many"
         warnings.warn("the model is not broadcast-safe over draws (%s); evaluating the draws one at a time (one model "
                       "call per draw: %s; draws='one-at-a-time' skips the stacked attempt)" % (failure, cost),
                       NotBroadcastSafe, stacklevel=2)
         return self._one_at_a_time(flat, theta, lead)
+
+    def _stacking_differs(self, flat, theta, stacked):
+        """What differs where the first two draws stacked give other log joints than the same draws one at a time
+        (a model that broadcasts the draws into its own dimensions: other numbers, no error); else None. Once per
+        instance (``steady``: the gap's entry points)."""
+        self.check_stacking, draws, batch = False, flat.shape[0], flat.shape[1]
+        plain = torch.stack([self._run(flat[i], {name: self._one_draw(name, value, i, draws)
+                                                 for name, value in theta.items()}, None)[0] for i in range(2)])
+        first = stacked.reshape(draws, batch)[:2]
+        if torch.allclose(first, plain, rtol=1e-4, atol=1e-3, equal_nan=True):
+            return None
+        return ("its log joints of the same draws stacked differ from one at a time by up to %.3g nats"
+                % (first - plain).abs().nan_to_num(float("inf")).max().item())
 
     def _one_at_a_time(self, flat, theta, lead):
         """The draws of flat [D, B, size] one model call each, on plain values: [*lead, B]."""

@@ -40,7 +40,7 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         if kwargs.get("flow"):  # their steps and iterations move a Gaussian factor
             raise GuideError("%s takes no flow: its steps work on a Gaussian q(z_n)" % type(self).__name__)
         super().__init__(model, **kwargs)
-        self.local_log_joint = local_log_joint
+        self.local_log_joint, self._joint_checked = local_log_joint, False
 
     def keeps_model(self):
         """Pickled with the model where its local ELBO is read off the model's trace (no ``local_log_joint``)
@@ -51,7 +51,9 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
         # torch.jit.trace cannot trace the steps' autograd.grad: under it (JitTrace_ELBO) they run as one Python
         # node of the trace, on each call's own tensors (outside_the_trace says why and how)
         try:
-            return outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+            factor = outside_the_trace(self.on_the_local_elbo, indices, args, kwargs, theta)  # a subclass's hook
+            self._joint_checked = True
+            return factor
         except AmortizedPyroError:  # ours (a GuideError is a ValueError too): as it is
             raise
         except (ValueError, RuntimeError) as error:  # the model's or torch's check of values that are not finite
@@ -66,8 +68,10 @@ class _OnTheLocalElbo(AutoAmortizedNormal):
                                                 text.splitlines()[0].split(", but found")[0][:160])) from None
 
     def _joint(self, indices, args, kwargs, theta):
+        # at the first call, the model run twice at the same values (a draw its trace does not show, as a site
+        # hidden by poutine.block, is refused in one line) and stacked draws checked against one at a time
         joint = self.local_log_joint or LocalJoint(self.model, self.structure, args, kwargs, indices,
-                                                   stacked=isinstance(theta, Draws))
+                                                   stacked=isinstance(theta, Draws), steady=not self._joint_checked)
         kept = self.coordinate_mask(args, kwargs, len(indices))
         return joint if kept is None else MaskedJoint(joint, kept)
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+import pyro
+
 from amortized_pyro.local.steppers import ClippedMomentum, RowAdam, SmoothAdam
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.estimates import CHUNK, draw_log_weights, draw_rows, per_draw, weights
@@ -150,15 +152,22 @@ def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, genera
     else:
         stepper = torch.optim.Adam(tensors, lr=lr)
     noise = noise_of(theta, generator)
-    with torch.enable_grad():
+    # the model's argument checks off inside the steps (the ELBO around them keeps Pyro's validation): a datapoint
+    # whose draws the model refuses (a library size of e^90 overflowing a rate) gets no gradient from that step
+    # (its optimizer's momentum alone moves it), the others step on; every datapoint refused is one error
+    with torch.enable_grad(), pyro.validation_enabled(False):
         while True:
             grads = None
             for part in _objective(log_joint, x, loc, log_scale, theta, draws, noise, False, chunk):
+                finite = torch.isfinite(part)
+                if not finite.any():
+                    raise ValueError("the local ELBO of no datapoint is finite, but found invalid values")
                 # one backward pass per span of draws: memory bounded by the chunk
-                part_grads = torch.autograd.grad(-part.sum(), tensors, create_graph=differentiable)
+                part_grads = torch.autograd.grad(-part.where(finite, 0.0).sum(), tensors,
+                                                 create_graph=differentiable)
                 grads = part_grads if grads is None else [a + b for a, b in zip(grads, part_grads)]
             for tensor, grad in zip(tensors, grads):
-                tensor.grad = grad
+                tensor.grad = grad.nan_to_num(0.0, 0.0, 0.0)  # a refused datapoint's row: no step
             stepper.step()
             yield
 
