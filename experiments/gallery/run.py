@@ -1,0 +1,57 @@
+"""The gallery's runner: each of Pyro's amortized examples (one module per model in this folder) trained under its
+hand-written guide and the package's builders, seeds given, one JSON line per (model, guide, seed) in ``--out``
+(common.py's docstring says what each line measures). Resumable: a finished (model, guide, seed) line is kept,
+never redone.
+
+    OMP_NUM_THREADS=1 python experiments/gallery/run.py vae --seeds 0 1 2 --out figures/gallery/runs.jsonl
+    OMP_NUM_THREADS=1 python experiments/gallery/run.py all --out figures/gallery/runs.jsonl
+"""
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import run_one  # noqa: E402
+
+from amortized_pyro.support.jsonio import append_jsonl, read_jsonl  # noqa: E402
+
+MODELS = ("vae", "sparse_gamma", "scanvi", "lda", "prodlda")
+"""The gallery's model modules, in the order ``all`` runs them."""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", choices=MODELS + ("all",))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--guides", nargs="+", help="a subset of each model's guides (default: all it lists)")
+    parser.add_argument("--steps", type=int, help="override each model's budget (a timing run)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    here = Path(__file__).resolve().parent
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True,
+                            text=True).stdout.strip() or None  # the code each line was measured with
+    done = {(r["model"], r["guide"], r["seed"], r["optimizer"], r["budget"])
+            for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    for name in MODELS if args.model == "all" else (args.model,):
+        spec = importlib.import_module(name)
+        data = spec.data()
+        for seed in args.seeds:
+            for optimizer in spec.OPTIMIZERS:
+                for guide in args.guides or spec.GUIDES:
+                    key = (spec.NAME, guide, seed, optimizer, args.steps or spec.STEPS)
+                    if guide in spec.GUIDES and key not in done:
+                        record = dict(run_one(spec, guide, seed, data, optimizer, args.steps), commit=commit)
+                        append_jsonl(args.out, record)  # resumable: a finished line is kept, never redone
+                        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()

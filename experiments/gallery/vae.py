@@ -1,0 +1,70 @@
+"""Pyro's examples/vae/vae.py in the gallery: z ~ N(0, I_16), x ~ Bernoulli(decoder(z)), decoder 16 → 200 → 784
+(softplus), ``pyro.plate("data", x.shape[0])``, the decoder's weights parameters (``pyro.module``), and the example's
+hand-written encoder guide (fc1 + softplus, two heads, exp scale) — tests/toy_models.VAE at the example's sizes, as
+experiments/defaults_vs_hand.py trains it. Data: 1,000 training and 200 held-out images of the shipped real-MNIST
+sample, binarized by rounding; Adam 1e-3, minibatches of 100, Trace_ELBO.
+
+Guides: ``hand``; ``builder-body`` (AutoAmortizedNormal around the example's own encoder body); the builders with
+their defaults (``amortized``, ``semi-amortized``, ``iterative``, ``flow``). The per-datapoint guide does not apply:
+the model's plate is the minibatch, ``plate("data", x.shape[0])``, which names no datapoint across steps.
+Downstream: the held-out reconstruction, E_q[log p(x_n | z_n)] per image (the example's test ELBO's likelihood).
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+import pyro
+from pyro.infer import Trace_ELBO
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from defaults_vs_hand import HIDDEN, Z_DIM, VAE  # noqa: E402  (tests/toy_models.VAE, on the path it puts)
+
+from amortized_pyro import load_data  # noqa: E402
+from amortized_pyro.autoguides import AutoAmortizedNormal  # noqa: E402
+from common import BUILDERS, Setup  # noqa: E402
+
+NAME, PLATE, STEPS, BATCH = "vae", "data", 600, 100
+GUIDES = ("hand", "builder-body", "amortized", "semi-amortized", "iterative", "flow")
+SWAP = """vae = VAE(x_dim=784, z_dim=16, hidden=200)
+guide = AutoAmortizedNormal(vae.model)                        # was: vae.guide
+svi = SVI(vae.model, guide, pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO())"""
+
+
+def data(train=1000, test=200):
+    """{"train", "test"}: binarized images of the shipped MNIST sample."""
+    images = load_data("mnist-sample", n_obs=train, n_test=test, log=lambda *_: None)
+    return {"train": images.train.round(), "test": images.test.round()}
+
+
+def build(guide, data):
+    vae = VAE(x_dim=784, z_dim=Z_DIM, hidden=HIDDEN)
+    if guide == "hand":
+        chosen = vae.guide
+    elif guide == "builder-body":
+        chosen = AutoAmortizedNormal(vae.model, encoder=vae.body)
+    else:
+        chosen = BUILDERS[guide](vae.model)
+    return Setup(vae.model, chosen, Trace_ELBO())
+
+
+OPTIMIZERS = {"example": lambda: pyro.optim.Adam({"lr": 1e-3})}
+
+
+def batches(data, steps, generator):
+    """``steps`` minibatches of 100, epochs of fresh permutations from ``generator``."""
+    train, taken = data["train"], 0
+    while True:
+        for idx in torch.randperm(len(train), generator=generator).split(BATCH):
+            if taken == steps:
+                return
+            taken += 1
+            yield (train[idx],)
+
+
+def chunks(x):
+    return [(x,)]
+
+
+def downstream(setup, data, record):
+    return "held-out reconstruction log p(x|z) per image", record.get("heldout_recon")
