@@ -22,7 +22,9 @@ from run import MODELS  # noqa: E402
 from amortized_pyro.errors import GuideError  # noqa: E402
 
 SPECS = {name: importlib.import_module(name) for name in MODELS}
-CASES = [(name, guide) for name, spec in SPECS.items() for guide in spec.GUIDES]
+CASES = [(name, guide) for name, spec in SPECS.items() for guide in spec.GUIDES
+         if guide not in getattr(spec, "REFUSED", {})]
+REFUSALS = [(name, guide) for name, spec in SPECS.items() for guide in getattr(spec, "REFUSED", {})]
 STEPS = 20
 
 
@@ -55,6 +57,19 @@ def trained(name, guide, data, seed=0):
     taken, stopped, _, losses = train(setup, optimizer, spec.batches(data, STEPS, torch.Generator().manual_seed(seed)))
     assert stopped is None, stopped
     return setup, losses
+
+
+@pytest.mark.parametrize("name, guide", REFUSALS)
+def test_a_refused_builder_stops_at_its_first_step_in_one_line(datasets, name, guide):
+    """A builder the model's file lists as refused (ProdLDA's dropout under SA-VI and IA-VI) stops at the first
+    step with its one line, named in the tables."""
+    spec, data = SPECS[name], data_of(datasets, name)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    setup = spec.build(guide, data)
+    optimizer = spec.OPTIMIZERS[list(spec.OPTIMIZERS)[-1]]()
+    taken, stopped, _, _ = train(setup, optimizer, spec.batches(data, STEPS, torch.Generator().manual_seed(0)))
+    assert taken == 0 and stopped is not None and spec.REFUSED[guide] in stopped and "\n" not in stopped
 
 
 @pytest.mark.parametrize("name, guide", CASES)
