@@ -322,3 +322,17 @@ def test_iterative_terms_sit_at_the_particles_dim_beside_a_global_plate():
     terms = trace.nodes["_family_terms"]["fn"]
     assert terms.batch_shape == (3, 1, B), terms.batch_shape
     assert math.isfinite(elbo.differentiable_loss(model, guide, x).item())
+
+
+def test_measure_gap_refuses_a_hand_written_guide_in_one_line_naming_what_it_lacks():
+    """A plain function as the guide (a gallery's hand-written one): the line says what measure_gap reads and
+    what to do, not an AutoGuideList's reason."""
+    def hand(group, y, n_groups):
+        pyro.sample("sigma_y", dist.LogNormal(0.0, 1.0))
+        with pyro.plate("groups", n_groups):
+            pyro.sample("z", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+
+    with pytest.raises(GuideError, match="not function: it reads the guide's factor of each datapoint, which a "
+                                         "hand-written guide does not expose") as refusal:
+        measure_gap(radon, hand, GROUP_OF, torch.randn(OBS), GROUPS, settings=TINY_GAP)
+    assert "AutoGuideList" not in str(refusal.value) and "\n" not in str(refusal.value)

@@ -27,6 +27,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 import pyro
+from pyro.infer.autoguide import AutoGuideList
 
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.autoguides.masking import MaskedJoint
@@ -137,10 +138,13 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     """
     settings = (settings or GapSettings()).check()
     check_draws(draws)
-    if not hasattr(guide, "structure"):  # e.g. Pyro's AutoGuideList: the sites of its other parts are not held
-        raise GuideError("measure_gap takes a guide builder of amortized_pyro.autoguides, not %s: the gap of a "
-                         "part of an AutoGuideList would need the other parts' sites held at their draws, which "
-                         "it does not do" % type(guide).__name__)
+    if not hasattr(guide, "structure"):  # a hand-written guide, Pyro's AutoGuideList: no factor to start q* from
+        why = ("the gap of a part of an AutoGuideList would need the other parts' sites held at their draws, which "
+               "it does not do" if isinstance(guide, AutoGuideList) else
+               "it reads the guide's factor of each datapoint, which a hand-written guide does not expose; build one "
+               "of the builders on the model to measure its gap")
+        raise GuideError("measure_gap takes a guide builder of amortized_pyro.autoguides, not %s: %s"
+                         % (type(guide).__name__, why))
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
