@@ -108,3 +108,15 @@ def tiny_finished_run(out, guide="amortized"):
                                       "--z-dim", "3", *width, "--no-progress", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out
+
+
+# whole files whose tests start other processes or run whole pages and runs (the slowest part of the suite,
+# docs/testing.md): marked ``slow``, so that ``python -m pytest -q -m "not slow"`` is a quick subset
+SLOW_FILES = {"test_tutorial.py", "test_ray.py", "test_ray_cluster.py", "test_your_model_page.py", "test_lightning.py",
+              "test_reliability.py", "test_cvae_gap.py", "test_docs.py", "test_fidelity.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)

@@ -164,7 +164,9 @@ def page(all_runs, runs_path, figure_path):
             out += ["Not run yet.", ""]
             continue
         lines, refusals = model_table(runs, spec)
-        out += lines + ["", "The lines that swap the guide:", "", "```python", spec.SWAP, "```", ""]
+        out += lines + ["", "The lines that swap the guide:", "",
+                        "<!-- not run: a fragment of the model's file in experiments/gallery/, not a program -->",
+                        "```python", spec.SWAP, "```", ""]
         if refusals:
             out += ["Refused or stopped:", ""]
             for guide, why in refusals.items():
