@@ -9,7 +9,8 @@ builders with their defaults. Reports per guide and seed: the steps taken before
 (and its line), the held-out ELBO per cell (500 new cells, 10 particles), and Spearman's ρ of the guide's
 median l_n with the true library sizes. One JSON line per (guide, seed) in ``--out``, resumable:
 ``python experiments/count_model.py --out figures/defaults-vs-hand/counts.jsonl [--init median --guides amortized
-semi-amortized iterative]`` (``--init median``: the builders started at the priors' medians, their lines named so).
+semi-amortized iterative]`` (``--init median``: the builders started at the priors' medians; ``--init softplus``:
+their encoders' σ through softplus, ``scale_link="softplus"``; their lines named so).
 """
 import argparse
 import json
@@ -35,7 +36,15 @@ from amortized_pyro.errors import AmortizedPyroError  # noqa: E402
 GUIDES = ("hand", "amortized", "semi-amortized", "iterative")
 
 
-INITS = {"default": {}, "median": {"init_loc_fn": init_to_median}}  # the builders' init_loc_fn (--init)
+INITS = {"default": {}, "median": {"init_loc_fn": init_to_median},  # the builders' options (--init)
+         "softplus": {"scale_link": "softplus"}}
+
+
+def label(kind, init):
+    """A line's guide name: the builder's, with the option it was given (``--init``) after it."""
+    if init == "default" or kind == "hand":
+        return kind
+    return "%s, init %s" % (kind, init) if init == "median" else "%s, scale_link %s" % (kind, init)
 
 
 def run(kind, seed, steps, train, test, true_library, init="default"):
@@ -44,7 +53,7 @@ def run(kind, seed, steps, train, test, true_library, init="default"):
     counts = CountModel.for_data(train)
     guide = counts.guide if kind == "hand" else AUTOGUIDES[kind](counts.model, plate="cells", **INITS[init])
     svi = SVI(counts.model, guide, ClippedAdam({"lr": 1e-3}), Trace_ELBO())
-    name = kind if init == "default" or kind == "hand" else "%s, init %s" % (kind, init)
+    name = label(kind, init)
     out, taken, stopped = {"guide": name, "seed": seed}, 0, None
     for _ in range(steps):
         try:
@@ -78,18 +87,17 @@ def main():
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--guides", nargs="+", choices=GUIDES, default=list(GUIDES))
     parser.add_argument("--init", choices=sorted(INITS), default="default",
-                        help="the builders' init_loc_fn: their default (init_to_feasible) or init_to_median")
+                        help="the builders' option: their defaults, init_to_median, or scale_link='softplus'")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pyro.enable_validation(True)
     train, _ = CountModel.simulate(2000, 0)
     test, library = CountModel.simulate(500, 1)
     done = {(r["guide"], r["seed"]) for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
-    label = lambda kind: kind if args.init == "default" or kind == "hand" else "%s, init %s" % (kind, args.init)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for seed in args.seeds:
         for kind in args.guides:
-            if (label(kind), seed) not in done:  # resumable: a finished line is kept, never redone
+            if (label(kind, args.init), seed) not in done:  # resumable: a finished line is kept, never redone
                 append_jsonl(args.out, run(kind, seed, args.steps, train, test, library, args.init))
 
 

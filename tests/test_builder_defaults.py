@@ -119,3 +119,34 @@ def test_values_the_model_refuses_inside_the_steps_are_said_in_one_line(name):
     with pytest.raises(GuideError, match=r"^the %s guide's steps on the local ELBO, from a finite factor of 'z', "
                                          r"'l', reached values the model refuses \((Expected parameter|the local ELBO of no datapoint)" % name):
         guide(x)
+
+
+@pytest.mark.parametrize("head_init", ["centred", "zero", "torch"])
+def test_a_softplus_scale_link_starts_where_exp_does_and_reads_softplus(head_init):
+    """scale_link="softplus": σ_n = softplus(the scale head's output) (checked against the head by hand), starting at
+    the same σ as the exp link (init_scale: the mean over the first call's datapoints of the head's output, centred;
+    every datapoint's, zero); torch's start shifted by the inverse link alike. IA-VI's log σ is its log."""
+    x, _ = CountModel.simulate(40, 0)
+    counts = CountModel.for_data(x, batch=40)
+    found = {}
+    for link in ("exp", "softplus"):
+        pyro.set_rng_seed(0)
+        guide = AUTOGUIDES["amortized"](counts.model, plate="cells", scale_link=link, head_init=head_init)
+        guide(x)
+        encoder = guide.q_z.encoder
+        with torch.no_grad():
+            data = guide.encoder_data(torch.arange(40), (x,), {})
+            h = encoder.body(data)
+            scale = encoder(data)[1]
+            by_hand = torch.nn.functional.softplus(encoder.log_scale(h)) if link == "softplus" else \
+                encoder.log_scale(h).exp()
+            torch.testing.assert_close(scale, by_hand)
+            torch.testing.assert_close(encoder.log_scale_of(h), scale.log())
+            if head_init == "centred":  # the head's mean output is the one the link turns into init_scale
+                target = math.log(0.1) if link == "exp" else math.log(math.expm1(0.1))
+                torch.testing.assert_close(encoder.log_scale(h).mean(0), torch.full((scale.shape[1],), target))
+        found[link] = scale
+    if head_init == "zero":
+        torch.testing.assert_close(found["softplus"], torch.full_like(found["softplus"], 0.1))
+    if head_init == "torch":  # the same weights, each bias shifted to give σ = init_scale at a zero output
+        assert not torch.allclose(found["exp"], found["softplus"])

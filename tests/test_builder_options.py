@@ -35,6 +35,7 @@ BAD = [
     (AutoAmortizedNormal, {"width": 0}, "^width must be a whole number >= 1, got 0$"),
     (AutoAmortizedNormal, {"layers": -1}, "^layers must be a whole number >= 0"),
     (AutoAmortizedNormal, {"head_init": "ones"}, "^head_init must be one of centred, zero, torch"),
+    (AutoSemiAmortizedNormal, {"scale_link": "relu"}, "^scale_link must be one of exp, softplus, got 'relu'$"),
     (AutoSharedNormal, {"init_scale": math.nan}, "^init_scale must be a finite number > 0, got nan$"),
     (AutoPerDatapointNormal, {"init_scale": -1.0}, "^init_scale must be a finite number > 0"),
     (AutoSemiAmortizedNormal, {"steps": math.nan}, "^steps must be a whole number >= 0, got nan$"),

@@ -109,29 +109,45 @@ def mlp_body(image_shape, width, layers, slope=LEAKY_SLOPE, extra=0):
 ENCODERS = {"mlp": mlp_body, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope, extra) → module
 
 
-class Encoder(nn.Module):
-    """data → ``body`` → features [B, F] → (loc, scale) heads of size ``size``, scale = exp(log-scale head),
-    the log-scale head's bias shifted by log ``init_scale`` (1: torch's default initialization, unshifted)."""
+SCALE_LINKS = {  # the scale head's output o → σ, and σ → the o that gives it
+    "exp": (torch.exp, math.log),  # the studies' codes and Pyro's examples/vae
+    "softplus": (nn.functional.softplus, lambda scale: math.log(math.expm1(scale))),  # Pyro's AutoNormal's scales
+}
 
-    def __init__(self, body, features, size, init_scale=1.0):
+
+class Encoder(nn.Module):
+    """data → ``body`` → features [B, F] → (loc, scale) heads of size ``size``, scale = ``link``(the scale head)
+    (:data:`SCALE_LINKS`: exp, or softplus, which grows σ linearly where exp grows it exponentially: on the count
+    model of issue 68 the exp link's σ reached e^4 within 40 steps from a start far from the data), the scale
+    head's bias shifted to give ``init_scale`` (exp and 1: torch's default initialization, unshifted)."""
+
+    link = "exp"  # an Encoder pickled before the link was an option
+
+    def __init__(self, body, features, size, init_scale=1.0, link="exp"):
         super().__init__()
-        self.body = body
+        self.body, self.link = body, link
         self.loc = nn.Linear(features, size)
-        self.log_scale = nn.Linear(features, size)
-        if init_scale != 1.0:
+        self.log_scale = nn.Linear(features, size)  # the scale head (its name kept for saved state dicts)
+        shift = SCALE_LINKS[link][1](init_scale)
+        if shift:
             with torch.no_grad():
-                self.log_scale.bias.add_(math.log(init_scale))
+                self.log_scale.bias.add_(shift)
+
+    def log_scale_of(self, h):
+        """log σ of features ``h`` (the exp link's head output itself)."""
+        out = self.log_scale(h)
+        return out if self.link == "exp" else SCALE_LINKS[self.link][0](out).log()
 
     @torch.no_grad()
-    def centre(self, features, loc, log_scale, spread=1.0):
+    def centre(self, features, loc, scale, spread=1.0):
         """Start each head where its outputs on the prototype call's ``features`` [B, F] average ``loc`` (μ) and
-        ``log_scale`` (log σ), each output coordinate's root mean square over the batch before centring at most
+        the output that gives ``scale`` (σ), each output coordinate's root mean square over the batch before centring at most
         ``spread`` (torch's default weights, shrunk row by row where larger): the start stays tame on inputs
         of any scale (counts in the tens put torch's default σ at e^±several, issue 59), and unlike zero
         weights the body gets a gradient from the first step and its features are told apart (zero heads on a
         body whose features hardly vary across images trained Pyro's VAE 32 nats worse in 25 epochs, as issue 68
         measured)."""
-        for head, target in ((self.loc, loc), (self.log_scale, log_scale)):
+        for head, target in ((self.loc, loc), (self.log_scale, SCALE_LINKS[self.link][1](scale))):
             out = features @ head.weight.T
             rms = out.pow(2).mean(0).sqrt()
             head.weight.mul_((spread / rms).clamp(max=1.0).nan_to_num(1.0).unsqueeze(-1))
@@ -141,7 +157,7 @@ class Encoder(nn.Module):
         if self.loc.weight.dim() > 2:  # one encoder per replica (a pack of seeds): parameters stacked in front
             return vmap(lambda params, data: functional_call(self, params, (data,)))(dict(self.named_parameters()), x)
         h = self.body(x)
-        return self.loc(h), self.log_scale(h).exp()
+        return self.loc(h), SCALE_LINKS[self.link][0](self.log_scale(h))
 
 
 class AmortizedFactor(nn.Module):
@@ -267,7 +283,7 @@ class IterativeFactor(AmortizedFactor):
         """(μ_T, σ_T, Σ_t L_n(λ_t) for t < T or None): [B, size] twice and [B], or led by ``particles`` (θ's
         values then carry a leading dimension of that size); the objectives only where gradients are on."""
         h = self.encoder.body(x)
-        loc, log_scale = self.encoder.loc(h), self.encoder.log_scale(h)
+        loc, log_scale = self.encoder.loc(h), self.encoder.log_scale_of(h)
         if not self.iterations or theta is None:
             return loc, log_scale.exp(), None
         if particles > 1:

@@ -20,8 +20,8 @@ from pyro.ops.tensor_utils import periodic_repeat
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.encoder_input import EncoderInput, observed_rows
-from amortized_pyro.autoguides.factors import (DEFAULT_LAYERS, DEFAULT_WIDTH, AmortizedFactor, Encoder, FreeFactor,
-                                               default_encoder)
+from amortized_pyro.autoguides.factors import (DEFAULT_LAYERS, DEFAULT_WIDTH, SCALE_LINKS, AmortizedFactor, Encoder,
+                                               FreeFactor, default_encoder)
 from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import GuideError
 
@@ -97,6 +97,10 @@ class AutoAmortizedNormal(AutoLocalGuide):
         that mean (the body gets no gradient at the first step and its features start alike: on Pyro's VAE 32
         nats worse than a hand-written guide after 25 epochs, as issue 68 measured); ``"torch"`` torch's default
         initialization with log ``init_scale`` added to the log-scale head's bias (the package's studies).
+    :param str scale_link: σ_n from the scale head's output: ``"exp"`` (the default, as Pyro's examples/vae writes
+        its guide) or ``"softplus"`` (as Pyro's AutoNormal constrains its scales): σ grows linearly in the head's
+        output, not exponentially, which kept SA-VI on issue 68's count model training from a start far from the
+        data where exp's σ overflowed its draws (figures/defaults-vs-hand/tables.md).
     :param bool standardize: the default encoder reads sign(x) log(1 + |x|) of its input standardized by the first call's data
         (per-feature mean, one overall standard deviation, held fixed: :class:`~.factors.Standardize`); False:
         the raw input; unused with ``encoder=``.
@@ -108,10 +112,12 @@ class AutoAmortizedNormal(AutoLocalGuide):
     HEAD_INITS = ("centred", "zero", "torch")
 
     def __init__(self, model, *, encoder=None, encoder_input=None, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
-                 head_init="centred", standardize=True, **kwargs):
+                 head_init="centred", standardize=True, scale_link="exp", **kwargs):
         super().__init__(model, **kwargs)
         count("width", width, 1)
         count("layers", layers)
+        if scale_link not in SCALE_LINKS:
+            raise GuideError("scale_link must be one of %s, got %r" % (", ".join(SCALE_LINKS), scale_link))
         if head_init not in self.HEAD_INITS:
             raise GuideError("head_init must be one of %s, got %r" % (", ".join(self.HEAD_INITS), head_init))
         if encoder is not None and not isinstance(encoder, torch.nn.Module):
@@ -122,7 +128,7 @@ class AutoAmortizedNormal(AutoLocalGuide):
             raise GuideError("encoder_input must be the position of the model's argument holding the data, or a "
                              "function of the model's arguments returning it, got %r" % (encoder_input,))
         self.encoder_input, self.width, self.layers, self.head_init = encoder_input, width, layers, head_init
-        self.standardize, self._input = standardize, None
+        self.standardize, self.scale_link, self._input = standardize, scale_link, None
         self._body = (encoder,)  # not a child until the factor is built around it
 
     def encoder_data(self, indices, args, kwargs):
@@ -156,15 +162,16 @@ class AutoAmortizedNormal(AutoLocalGuide):
         if features.dim() != 2 or features.shape[0] != data.shape[0]:
             raise GuideError("the encoder must map data [B, ...] to features [B, F]; it gave %s for %s"
                                      % (tuple(features.shape), tuple(data.shape)))
-        encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale)
+        encoder = Encoder(body, features.shape[1], self.structure.size, self.init_scale, self.scale_link)
         encoder.loc.to(features.device)  # the heads only: a user's body stays where the user put it
         encoder.log_scale.to(features.device)
-        start = (self.init_locs.mean(0), math.log(self.init_scale))  # init_loc_fn's μ, init_scale
+        start = (self.init_locs.mean(0), self.init_scale)  # init_loc_fn's μ, init_scale
         if self.head_init == "centred":
             encoder.centre(features.to(encoder.loc.weight), *start)
         elif self.head_init == "zero":  # every datapoint's factor starts at (init_loc_fn's μ, init_scale)
             with torch.no_grad():
-                for head, bias in zip((encoder.loc, encoder.log_scale), start):
+                for head, bias in zip((encoder.loc, encoder.log_scale), (start[0], SCALE_LINKS[self.scale_link][1](
+                        self.init_scale))):
                     head.weight.zero_()
                     head.bias.copy_(torch.as_tensor(bias).to(head.bias))
         return encoder
