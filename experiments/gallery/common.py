@@ -17,6 +17,7 @@ Measured per run (one JSON line, :func:`run_one`):
 
 A guide that has no factor for new datapoints (a per-datapoint guide) has held-out entries None.
 """
+import functools
 import math
 import time
 import warnings
@@ -40,6 +41,10 @@ BUILDERS = {
     "per-datapoint": AutoPerDatapointNormal,
 }
 """The package's builders by the gallery's guide names (``flow``: A-VI with two autoregressive transforms)."""
+SOFTPLUS = tuple(name + "+softplus" for name in ("amortized", "semi-amortized", "iterative", "flow"))
+"""The encoder builders again with ``scale_link="softplus"`` (σ_n = softplus of the scale head, as Pyro's AutoNormal
+constrains its scales; the default exp stopped some of them on counts: issue 68)."""
+BUILDERS.update({name: functools.partial(BUILDERS[name.split("+")[0]], scale_link="softplus") for name in SOFTPLUS})
 
 GAP_SETTINGS = GapSettings(samples=32, importance_samples=100, ais_steps=0, theta_draws=2, score_draws=4,
                            select_draws=4, window=50, max_steps=400, step_samples=4)

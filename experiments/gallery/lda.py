@@ -25,11 +25,11 @@ import pyro.distributions as dist
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO
 
-from common import BUILDERS, Setup
+from common import BUILDERS, SOFTPLUS, Setup
 
 NAME, PLATE, STEPS = "lda", "documents", 600
 TOPICS, VOCAB, WORDS = 4, 40, 32
-GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow") + SOFTPLUS
 OPTIMIZERS = {"example": lambda: pyro.optim.ClippedAdam({"lr": 0.01})}
 GAP_DRAWS = "one-at-a-time"
 """measure_gap's draws: the example's Dirichlet(topic_weights) inside the documents plate puts stacked draws of θ at
@@ -113,7 +113,7 @@ def build(guide, data):
     # SA-VI's and IA-VI's steps read the local ELBO off the model they are built on: on the blocked model it would
     # hold a prior draw of the word topics (refused in one line at their first call), so they are built on the
     # model with them summed out by hand, as the refusal asks; the other builders only need its sites
-    built_on = lda.collapsed if guide in ("semi-amortized", "iterative") else poutine.block(lda.model,
+    built_on = lda.collapsed if guide.split("+")[0] in ("semi-amortized", "iterative") else poutine.block(lda.model,
                                                                                          hide=["word_topics"])
     return Setup(lda.model, BUILDERS[guide](built_on, plate=PLATE, encoder_input=word_counts), loss,
                  score_model=lda.collapsed)

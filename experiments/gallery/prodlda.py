@@ -25,12 +25,13 @@ import pyro
 import pyro.distributions as dist
 from pyro.infer import TraceMeanField_ELBO
 
-from common import BUILDERS, Setup
+from common import BUILDERS, SOFTPLUS, Setup
 
 NAME, PLATE, STEPS, BATCH = "prodlda", "documents", 600, 32
 TOPICS, VOCAB, WORDS, HIDDEN, DROPOUT = 5, 120, 50, 32, 0.2
-GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow")
-REFUSED = {guide: "changes from call to call" for guide in ("semi-amortized", "iterative")}
+GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow") + SOFTPLUS
+REFUSED = {guide: "changes from call to call" for guide in ("semi-amortized", "iterative", "semi-amortized+softplus",
+                                                            "iterative+softplus")}
 """The builders refused on this model, and a phrase of the line: the decoder's dropout (in training mode) makes the
 local log joint at fixed values change from call to call, which SA-VI's and IA-VI's steps would climb."""
 OPTIMIZERS = {"example": lambda: pyro.optim.Adam({"lr": 1e-3})}

@@ -23,10 +23,10 @@ from pyro.infer import Trace_ELBO
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from toy_models import CountModel  # noqa: E402
 
-from common import BUILDERS, Setup  # noqa: E402
+from common import BUILDERS, SOFTPLUS, Setup  # noqa: E402
 
 NAME, PLATE, STEPS, BATCH = "scanvi", "cells", 600, 100
-GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow") + SOFTPLUS
 OPTIMIZERS = {"example": lambda: pyro.optim.ClippedAdam({"lr": 1e-3})}
 SWAP = """counts = CountModel.for_data(x)
 guide = AutoAmortizedNormal(counts.model, plate="cells", encoder_input=0)   # was: counts.guide

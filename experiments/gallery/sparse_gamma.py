@@ -23,10 +23,10 @@ from pyro.infer import Trace_ELBO
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from toy_models import SparseGammaDEF  # noqa: E402
 
-from common import BUILDERS, Setup  # noqa: E402
+from common import BUILDERS, SOFTPLUS, Setup  # noqa: E402
 
 NAME, PLATE, STEPS, PIXELS = "sparse_gamma", "data", 600, 20
-GUIDES = ("hand", "per-datapoint", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "per-datapoint", "amortized", "semi-amortized", "iterative", "flow") + SOFTPLUS
 SWAP = """def_model = SparseGammaDEF(pixels=20)
 guide = AutoAmortizedNormal(def_model.model)                  # was: the example's guide, clip_params() per step
 svi = SVI(def_model.model, guide, pyro.optim.AdagradRMSProp({"eta": 4.5, "t": 0.1}), Trace_ELBO())"""

@@ -22,10 +22,10 @@ from defaults_vs_hand import HIDDEN, Z_DIM, VAE  # noqa: E402  (tests/toy_models
 
 from amortized_pyro import load_data  # noqa: E402
 from amortized_pyro.autoguides import AutoAmortizedNormal  # noqa: E402
-from common import BUILDERS, Setup  # noqa: E402
+from common import BUILDERS, SOFTPLUS, Setup  # noqa: E402
 
 NAME, PLATE, STEPS, BATCH = "vae", "data", 600, 100
-GUIDES = ("hand", "builder-body", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "builder-body", "amortized", "semi-amortized", "iterative", "flow") + SOFTPLUS
 SWAP = """vae = VAE(x_dim=784, z_dim=16, hidden=200)
 guide = AutoAmortizedNormal(vae.model)                        # was: vae.guide
 svi = SVI(vae.model, guide, pyro.optim.Adam({"lr": 1e-3}), Trace_ELBO())"""
