@@ -21,7 +21,7 @@ from common import run_one  # noqa: E402
 
 from amortized_pyro.support.jsonio import append_jsonl, read_jsonl  # noqa: E402
 
-MODELS = ("vae", "sparse_gamma", "scanvi", "lda", "prodlda")
+MODELS = ("vae", "sparse_gamma", "scanvi", "lda", "prodlda", "dmm", "cevae", "ss_vae_m2", "cvae")
 """The gallery's model modules, in the order ``all`` runs them."""
 
 
