@@ -107,3 +107,28 @@ def test_new_data_of_another_size_keeps_the_reading():
     guide(COVARIATES, X)
     more = torch.randn(2 * N, DX)
     assert guide(torch.randn(2 * N, DC), more)["z"].shape == (2 * N, DZ)
+
+
+def data_as_subsample(x):
+    """pyro.contrib.cevae's plate: ``subsample=`` the data itself (a float tensor, [B, D]), not indices."""
+    with pyro.plate("data", 50, subsample=x):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([DZ]).to_event(1))
+        pyro.sample("x", dist.Normal(z.sum(-1, keepdim=True), 1.0).expand([len(x), DX]).to_event(1), obs=x)
+
+
+def test_a_plate_given_the_data_as_its_subsample_reads_its_rows():
+    """The batch is the subsample's rows (10 of 3 features), not its last dimension (read as 3 datapoints, the
+    guide stopped with a wrong line; with as many rows as features it trained silently on float 'indices')."""
+    guide = AutoAmortizedNormal(data_as_subsample, width=4)
+    guide(X[:10])
+    assert guide._input.reading == "batch"
+    torch.testing.assert_close(guide.encoder_data(X[:10], (X[:10],), {}), X[:10])
+    assert torch.isfinite(torch.tensor(Trace_ELBO().loss(data_as_subsample, guide, X[:10])))
+
+
+def test_a_per_datapoint_guide_on_such_a_plate_is_refused_in_one_line():
+    from amortized_pyro.autoguides import AutoPerDatapointNormal
+    with pytest.raises(GuideError, match="^a per-datapoint guide picks its factors by the plate's indices; the plate "
+                                         "'data' is given subsample= a tensor of torch.float32 values") as refused:
+        AutoPerDatapointNormal(data_as_subsample)(X[:10])
+    assert "\n" not in str(refused.value).split("\nTrace Shapes")[0]

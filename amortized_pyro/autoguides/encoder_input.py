@@ -48,7 +48,8 @@ def _observed_as(data, observed, full):
         flat = picked.reshape(batch, -1)
         return any(o.shape == flat.shape and torch.equal(o, flat.to(device=o.device, dtype=o.dtype)) for o in observed)
     as_is = rows == batch and seen(data)
-    picked = rows == full and indices is not None and seen(data.index_select(0, indices.to(data.device)))
+    picked = (rows == full and indices is not None and not indices.is_floating_point()  # a plate's subsample= may
+              and seen(data.index_select(0, indices.to(data.device))))  # be the data itself (pyro.contrib.cevae)
     return "every" if as_is and picked else "batch" if as_is else "indexed" if picked else None
 
 
@@ -114,7 +115,7 @@ class EncoderInput:
         is known to take every datapoint in order)."""
         if data.dim() == lead + 1:  # one number per datapoint: a column of features, [B, 1]
             data = data.unsqueeze(-1)
-        rows, batch = data.shape[lead], indices.shape[-1]
+        rows, batch = data.shape[lead], indices.shape[lead]  # indices [B], a pack's [R, B], or subsample=x [B, ...]
         reading = self.reading
         if reading == "every":
             reading = "indexed" if rows == full != batch else "batch"

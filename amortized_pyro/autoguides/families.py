@@ -56,6 +56,10 @@ class AutoPerDatapointNormal(_FreeFactors):
     family, per_datapoint = "per-datapoint", True
 
     def local_factor(self, indices, args, kwargs, theta):
+        if indices.is_floating_point():  # pyro.plate(..., subsample=x): no datapoint named, nothing to pick
+            raise GuideError("a per-datapoint guide picks its factors by the plate's indices; the plate %r is given "
+                             "subsample= a tensor of %s values, not indices: give the plate subsample=idx, or use an "
+                             "amortized guide" % (self.plate, indices.dtype))
         size = self.plates[self.plate].size
         if size != self.structure.full_size:
             raise GuideError("this per-datapoint guide was built for the %d datapoints of plate %r; this "
