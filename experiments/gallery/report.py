@@ -151,8 +151,12 @@ def findings(all_runs):
 def figure(all_runs, path):
     models = [importlib.import_module(name) for name in MODELS]
     models = [m for m in models if any(r["model"] == m.NAME for r in all_runs)]
-    fig, axes = plt.subplots(1, len(models), figsize=(3.2 * len(models), 3.4), squeeze=False)
-    for ax, spec in zip(axes[0], models):
+    columns = min(3, len(models))
+    rows = -(-len(models) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
+    for ax, spec in zip(axes.flat, models):
         runs = [r for r in all_runs if r["model"] == spec.NAME]
         guides = spec.GUIDES[1:]
         for i, guide in enumerate(guides):
@@ -169,9 +173,13 @@ def figure(all_runs, path):
         ax.set_xticks(range(len(guides)))
         ax.set_xticklabels(guides, rotation=45, ha="right", fontsize=7)
         ax.set_yscale("symlog", linthresh=1.0)
+        values = [v for guide in guides for optimizer in spec.OPTIMIZERS
+                  for v in paired(runs, guide, optimizer).values()] or [0.0]
+        ax.set_ylim(min(min(values), -1.0) * 1.6, max(max(values), 1.0) * 1.6)  # every seed's dot inside, 0 shown
         if len(spec.OPTIMIZERS) > 1:
             ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("ELBO per datapoint − hand-written's\n(nats; dots: seeds, bar: mean)")
+    for row in axes:
+        row[0].set_ylabel("ELBO per datapoint − hand-written's\n(nats; dots: seeds, bar: mean)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
