@@ -115,7 +115,8 @@ class EncoderInput:
         is known to take every datapoint in order)."""
         if data.dim() == lead + 1:  # one number per datapoint: a column of features, [B, 1]
             data = data.unsqueeze(-1)
-        rows, batch = data.shape[lead], indices.shape[lead]  # indices [B], a pack's [R, B], or subsample=x [B, ...]
+        # indices [B], a pack's [R, B] (or its shared [B]), or a plate's subsample=x [B, ...]
+        rows, batch = data.shape[lead], indices.shape[min(lead, indices.dim() - 1)]
         reading = self.reading
         if reading == "every":
             reading = "indexed" if rows == full != batch else "batch"

@@ -8,8 +8,8 @@ hand-written ``Guide``: q(t | x), q(y | t, x) (auxiliary, observed in training) 
 ClippedAdam (lr 1e-3, weight decay 1e-4, lr decay ×0.1 over the run), minibatches of 100 (50 epochs).
 
 Guides: ``hand`` (the contrib's Model and Guide as its ``CEVAE`` class wires them); ``hand-named`` (the same two
-under one PyroModule parent, see below); ``contrib-model`` (AutoAmortizedNormal on the contrib's Model: refused, its
-plate's ``subsample=x`` misread); and the builders with their defaults, ``amortized``, ``semi-amortized``,
+under one PyroModule parent, see below); ``contrib-model`` (AutoAmortizedNormal on the contrib's Model as it stands, its
+plate given ``subsample=x``: the batch read from the subsample's rows since that was fixed); and the builders with their defaults, ``amortized``, ``semi-amortized``,
 ``iterative``, ``flow``, on :class:`BatchPlateModel`: the contrib's Model with its plate written
 ``pyro.plate("data", size, subsample_size=len(x))`` (the same N/B scale), and its leaves t, y left out at a call of
 x alone (summed out exactly; SA-VI's and IA-VI's refinement at a new unit refuses an unsummed discrete site). A
@@ -41,9 +41,6 @@ NAME, PLATE, STEPS, BATCH = "cevae", "data", 250, 100
 FEATURES = 5
 CONFIG = dict(feature_dim=FEATURES, latent_dim=20, hidden_dim=200, num_layers=3, outcome_dist="bernoulli")
 GUIDES = ("hand", "hand-named", "contrib-model", "amortized", "semi-amortized", "iterative", "flow")
-REFUSED = {"contrib-model": "its first call read them as this call's datapoints"}
-"""The builders refused on this model, and a phrase of the line: the contrib Model's ``pyro.plate("data", size,
-subsample=x)`` gives the features [B, 5] as the plate's indices, which the builder reads as 5 datapoints."""
 OPTIMIZERS = {"example": lambda: pyro.optim.ClippedAdam({"lr": 1e-3, "weight_decay": 1e-4,
                                                          "lrd": 0.1 ** (1 / STEPS)})}
 SWAP = """model = BatchPlateModel(config)        # the contrib Model, its plate: subsample_size=len(x)
