@@ -1,6 +1,6 @@
-"""README's findings say what docs/results.md says (issue 49, item 6): every number of a "What we found" bullet
-appears, exactly or as its rounding (README rounds 79.9 to 80), in the docs/results.md sections that the bullet
-links to. A number changed by hand in either file fails here."""
+"""README's findings say what docs/results.md (and docs/gallery.md, made by experiments/gallery/report.py) say (issue
+49, item 6): every number of a "What we found" bullet appears, exactly or as its rounding (README rounds 79.9 to 80),
+in the sections of those pages that the bullet links to. A number changed by hand in either file fails here."""
 import re
 from pathlib import Path
 
@@ -8,7 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"(?<![\w.])[−-]?\d[\d,]*(?:\.\d+)?")
-LINK = re.compile(r"\(docs/results\.md#([^)]+)\)")
+LINK = re.compile(r"\(docs/((?:results|gallery)\.md#[^)]+)\)")
+PAGES = ("results.md", "gallery.md")
 
 
 def numbers(text):
@@ -29,9 +30,12 @@ def slug(heading):
 
 
 def sections():
-    text = (ROOT / "docs" / "results.md").read_text()
-    parts = re.split(r"^## (.+)$", text, flags=re.M)
-    return {slug(title): body for title, body in zip(parts[1::2], parts[2::2])}
+    """{"page.md#anchor": the section's text} of the pages findings link to."""
+    found = {}
+    for page in PAGES:
+        parts = re.split(r"^## (.+)$", (ROOT / "docs" / page).read_text(), flags=re.M)
+        found.update({"%s#%s" % (page, slug(title)): body for title, body in zip(parts[1::2], parts[2::2])})
+    return found
 
 
 def bullets():
@@ -41,9 +45,9 @@ def bullets():
 
 def missing_numbers(bullet, by_anchor):
     anchors = LINK.findall(bullet)
-    assert anchors, "a finding without a link to docs/results.md: %s" % bullet[:80]
+    assert anchors, "a finding without a link to a section of docs/results.md or docs/gallery.md: %s" % bullet[:80]
     unknown = [a for a in anchors if a not in by_anchor]
-    assert not unknown, "links to no section of docs/results.md: %s" % unknown
+    assert not unknown, "links to no section of docs/results.md or docs/gallery.md: %s" % unknown
     values = {v for a in anchors for v, _ in numbers(by_anchor[a])}
     return sorted({value for value, decimals in numbers(bullet)
                    if not any(round(abs(v), decimals) == abs(value) for v in values)})
