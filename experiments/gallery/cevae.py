@@ -9,7 +9,8 @@ ClippedAdam (lr 1e-3, weight decay 1e-4, lr decay ×0.1 over the run), minibatch
 
 Guides: ``hand`` (the contrib's Model and Guide as its ``CEVAE`` class wires them); ``hand-named`` (the same two
 under one PyroModule parent, see below); ``contrib-model`` (AutoAmortizedNormal on the contrib's Model as it stands, its
-plate given ``subsample=x``: the batch read from the subsample's rows since that was fixed); and the builders with their defaults, ``amortized``, ``semi-amortized``,
+plate given ``subsample=x``: the batch read from the subsample's rows since that was fixed); and
+the builders with their defaults, ``amortized``, ``semi-amortized``,
 ``iterative``, ``flow``, on :class:`BatchPlateModel`: the contrib's Model with its plate written
 ``pyro.plate("data", size, subsample_size=len(x))`` (the same N/B scale), and its leaves t, y left out at a call of
 x alone (summed out exactly; SA-VI's and IA-VI's refinement at a new unit refuses an unsummed discrete site). A
@@ -35,7 +36,7 @@ from pyro.infer import Trace_ELBO
 from pyro.nn import PyroModule
 
 from amortized_pyro.autoguides import AutoAmortizedNormal
-from common import BUILDERS, Setup
+from common import BUILDERS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "cevae", "data", 250, 100
 FEATURES = 5
@@ -114,13 +115,8 @@ def build(guide, data):
 
 def batches(data, steps, generator):
     """``steps`` minibatches of 100 (x, t, y, N), epochs of fresh permutations: ``CEVAE.fit``'s calls."""
-    (x, t, y), taken = data["train"], 0
-    while True:
-        for idx in torch.randperm(len(x), generator=generator).split(BATCH):
-            if taken == steps:
-                return
-            taken += 1
-            yield x[idx], t[idx], y[idx], len(x)
+    x, t, y = data["train"]
+    return ((x[idx], t[idx], y[idx], len(x)) for idx in minibatch_indices(len(x), BATCH, steps, generator))
 
 
 def chunks(x):

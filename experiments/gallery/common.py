@@ -65,6 +65,19 @@ class Setup:
         self.after_step, self.serves_new, self.module = after_step, serves_new, module
 
 
+def minibatch_indices(n, batch, steps, generator, keep=None):
+    """The indices of ``steps`` minibatches of ``batch`` of ``n`` datapoints, epochs of fresh permutations from
+    ``generator`` (a minibatch that ``keep(idx)`` rejects is skipped, not counted)."""
+    taken = 0
+    while True:
+        for idx in torch.randperm(n, generator=generator).split(batch):
+            if taken == steps:
+                return
+            if keep is None or keep(idx):
+                taken += 1
+                yield idx
+
+
 def one_line(error):
     """An exception as the one line the tables print."""
     return "%s: %s" % (type(error).__name__, (str(error).strip().splitlines() or [""])[0][:300])

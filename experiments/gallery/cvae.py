@@ -27,7 +27,7 @@ import pyro.distributions as dist
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro import load_data
-from common import BUILDERS, Setup
+from common import BUILDERS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "cvae", "data", 400, 128
 PIXELS, Z, HIDDEN, BASELINE = 784, 16, 200, True
@@ -143,13 +143,8 @@ def build(guide, data):
 
 def batches(data, steps, generator):
     """``steps`` minibatches of 128, epochs of fresh permutations from ``generator``."""
-    (xs, ys), taken = data["train"], 0
-    while True:
-        for idx in torch.randperm(len(xs), generator=generator).split(BATCH):
-            if taken == steps:
-                return
-            taken += 1
-            yield xs[idx], ys[idx]
+    xs, ys = data["train"]
+    return ((xs[idx], ys[idx]) for idx in minibatch_indices(len(xs), BATCH, steps, generator))
 
 
 def chunks(x):

@@ -28,7 +28,7 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro.errors import GuideError
-from common import BUILDERS, Setup
+from common import BUILDERS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "dmm", "z_minibatch", 300, 20
 INPUT, Z, EMISSION, TRANSITION, RNN = 12, 3, 16, 24, 32
@@ -196,14 +196,10 @@ def build(guide, data):
 def batches(data, steps, generator):
     """``steps`` minibatches of 20 (epochs of fresh permutations), the annealing factor rising from 0.2 to 1 over
     the first 20 % of the steps."""
-    (x, lengths), taken = data["train"], 0
-    while True:
-        for idx in torch.randperm(len(x), generator=generator).split(BATCH):
-            if taken == steps:
-                return
-            taken += 1
-            factor = min(1.0, MIN_ANNEALING + (1 - MIN_ANNEALING) * taken / max(1.0, ANNEALED * steps))
-            yield call(x[idx], lengths[idx], factor)
+    x, lengths = data["train"]
+    for taken, idx in enumerate(minibatch_indices(len(x), BATCH, steps, generator), 1):
+        factor = min(1.0, MIN_ANNEALING + (1 - MIN_ANNEALING) * taken / max(1.0, ANNEALED * steps))
+        yield call(x[idx], lengths[idx], factor)
 
 
 def chunks(x):

@@ -25,7 +25,7 @@ import pyro
 import pyro.distributions as dist
 from pyro.infer import TraceMeanField_ELBO
 
-from common import BUILDERS, SOFTPLUS, Setup
+from common import BUILDERS, SOFTPLUS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "prodlda", "documents", 600, 32
 TOPICS, VOCAB, WORDS, HIDDEN, DROPOUT = 5, 120, 50, 32, 0.2
@@ -104,14 +104,8 @@ def build(guide, data):
 
 def batches(data, steps, generator):
     """``steps`` minibatches of 32 (the last of an epoch dropped where it has one document: BatchNorm needs two)."""
-    train, taken = data["train"], 0
-    while True:
-        for idx in torch.randperm(len(train), generator=generator).split(BATCH):
-            if taken == steps:
-                return
-            if len(idx) > 1:
-                taken += 1
-                yield (train[idx],)
+    train = data["train"]
+    return ((train[idx],) for idx in minibatch_indices(len(train), BATCH, steps, generator, lambda idx: len(idx) > 1))
 
 
 def chunks(x):

@@ -138,7 +138,8 @@ def findings(all_runs):
         "%d of %d" % tuple(stops[(model, optimizer, "softplus")]) if stops[(model, optimizer, "softplus")][1]
         else "not run") for model, optimizer in where
         if stops[(model, optimizer, "exp")][0] or stops[(model, optimizer, "softplus")][0]]
-    return ["* **Stops** of the encoder builders (A-VI, SA-VI, IA-VI, flow; a refusal at the first call, the model's, excluded), "
+    return ["* **Stops** of the encoder builders (A-VI, SA-VI, IA-VI, flow; a refusal at the first call, the model's, "
+            "excluded), "
             "the default exp scale link against `scale_link=\"softplus\"`, runs of all seeds: %s; none elsewhere."
             % ("; ".join(stopped) or "none"),
             "* **Short of the hand-written guide** by more than 1 nat per datapoint or 1 %% of its ELBO (paired by "

@@ -14,7 +14,6 @@ Downstream: the held-out reconstruction, E_q[log p(x_n | z_n)] per image (the ex
 import sys
 from pathlib import Path
 
-import torch
 
 import pyro
 from pyro.infer import Trace_ELBO
@@ -24,7 +23,7 @@ from defaults_vs_hand import HIDDEN, Z_DIM, VAE  # noqa: E402  (tests/toy_models
 
 from amortized_pyro import load_data  # noqa: E402
 from amortized_pyro.autoguides import AutoAmortizedNormal  # noqa: E402
-from common import BUILDERS, SOFTPLUS, Setup  # noqa: E402
+from common import BUILDERS, SOFTPLUS, Setup, minibatch_indices  # noqa: E402
 
 NAME, PLATE, STEPS, BATCH = "vae", "data", 600, 100
 GUIDES = ("hand", "builder-body", "builder-body+torch-heads", "builder-body+hand-start", "amortized",
@@ -60,13 +59,8 @@ OPTIMIZERS = {"example": lambda: pyro.optim.Adam({"lr": 1e-3})}
 
 def batches(data, steps, generator):
     """``steps`` minibatches of 100, epochs of fresh permutations from ``generator``."""
-    train, taken = data["train"], 0
-    while True:
-        for idx in torch.randperm(len(train), generator=generator).split(BATCH):
-            if taken == steps:
-                return
-            taken += 1
-            yield (train[idx],)
+    train = data["train"]
+    return ((train[idx],) for idx in minibatch_indices(len(train), BATCH, steps, generator))
 
 
 def chunks(x):
