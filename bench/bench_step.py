@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracle import draw, elbo, encoder_factor  # noqa: E402
 from plain_step import PlainStep  # noqa: E402
 
-from amortized_pyro.autoguides.factors import Encoder, hidden_layers
+from amortized_pyro.autoguides.encoders import Encoder, hidden_layers
 from amortized_pyro.inference.svi import make_elbo, make_optimizer, step as svi_step
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.networks import decoder_shapes

@@ -1,6 +1,7 @@
 """One SVI step with a builder (AutoAmortizedNormal, B) against a hand-written Pyro encoder guide (A) of the
 same encoder (issue 46, item 8): the builder gets the hand-written guide's body as ``encoder=`` and its heads'
-weights, so both are one architecture at one start (checked: equal first-step losses from one seed). Both:
+weights and its exp scale link, so both are one architecture at one start (checked: equal first-step losses from
+one seed). Both:
 Pyro's SVI, Trace_ELBO(), pyro.optim.Adam, the param store (each side its own model instance and param store
 scope, swapped between blocks, outside the timed steps), Pyro's argument validation off (--validate: on).
 
@@ -87,7 +88,8 @@ def sides(make, plate, batch, args):
     for builder in (False, True):
         torch.manual_seed(args.seed)
         m = make().to(args.device)
-        guide = AutoAmortizedNormal(m.model, plate=plate, encoder=m.body, init_scale=1.0) if builder else m.guide
+        guide = (AutoAmortizedNormal(m.model, plate=plate, encoder=m.body, init_scale=1.0, scale_link="exp")  # as A
+                 if builder else m.guide)
         store = {"params": {}, "constraints": {}}
         with pyro.get_param_store().scope(store):
             if builder:

@@ -9,8 +9,10 @@ builders with their defaults. Reports per guide and seed: the steps taken before
 (and its line), the held-out ELBO per cell (500 new cells, 10 particles), and Spearman's ρ of the guide's
 median l_n with the true library sizes. One JSON line per (guide, seed) in ``--out``, resumable:
 ``python experiments/count_model.py --out figures/defaults-vs-hand/counts.jsonl [--init median --guides amortized
-semi-amortized iterative]`` (``--init median``: the builders started at the priors' medians; ``--init softplus``:
-their encoders' σ through softplus, ``scale_link="softplus"``; their lines named so).
+semi-amortized iterative]`` (``--init median``: the builders started at the priors' medians; ``--init exp``:
+their encoders' σ through exp, ``scale_link="exp"``, the default until it became softplus; their lines named so: the
+lines written before that change name their link, the exp default's renamed ``, scale_link exp`` and softplus's
+renamed to the plain builder's name).
 """
 import argparse
 import json
@@ -37,7 +39,7 @@ GUIDES = ("hand", "amortized", "semi-amortized", "iterative")
 
 
 INITS = {"default": {}, "median": {"init_loc_fn": init_to_median},  # the builders' options (--init)
-         "softplus": {"scale_link": "softplus"}}
+         "exp": {"scale_link": "exp"}}
 
 
 def label(kind, init):
@@ -87,7 +89,7 @@ def main():
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--guides", nargs="+", choices=GUIDES, default=list(GUIDES))
     parser.add_argument("--init", choices=sorted(INITS), default="default",
-                        help="the builders' option: their defaults, init_to_median, or scale_link='softplus'")
+                        help="the builders' option: their defaults, init_to_median, or scale_link='exp'")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pyro.enable_validation(True)

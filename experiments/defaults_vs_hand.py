@@ -8,6 +8,9 @@ binarized MNIST), as tests/toy_models.py writes it (Pyro's example read, not cop
     builder   AutoAmortizedNormal(model, encoder=<the same body: fc1 + softplus>, encoder_input=0), its defaults
     readme    AutoAmortizedNormal(model): the README's first example's builder call (the default encoder), on this model
 
+(``builder-exp``, ``readme-exp``, ``readme-model-exp``: the same with ``scale_link="exp"``, the default until the
+default became softplus; the lines written before that change were run as the plain names and renamed so)
+
 and, on the README's first example's own model (a decoder z 8 → 256 → 784 with tanh, Bernoulli logits; the README
 trains it 10 epochs: ``--epochs 10``):
 
@@ -42,16 +45,17 @@ Z_DIM, HIDDEN = 16, 200
 def make(guide_kind):
     """(model, guide) of a fresh VAE (tests/toy_models.py's, at examples/vae's sizes or the README's), the guide
     named by ``guide_kind`` (module docstring)."""
+    options = {"scale_link": "exp"} if guide_kind.endswith("-exp") else {}
     if guide_kind.startswith("readme-model"):
         vae = VAE(x_dim=784, z_dim=8, hidden=256)
         vae.decoder = torch.nn.Sequential(torch.nn.Linear(8, 256), torch.nn.Tanh(), torch.nn.Linear(256, 784))
-        return vae.model, vae.guide if guide_kind == "readme-model-hand" else AutoAmortizedNormal(vae.model)
+        return vae.model, vae.guide if guide_kind == "readme-model-hand" else AutoAmortizedNormal(vae.model, **options)
     vae = VAE(x_dim=784, z_dim=Z_DIM, hidden=HIDDEN)
     if guide_kind == "hand":
         return vae.model, vae.guide
-    if guide_kind == "builder":
-        return vae.model, AutoAmortizedNormal(vae.model, encoder=vae.body, encoder_input=0)
-    return vae.model, AutoAmortizedNormal(vae.model)
+    if guide_kind.startswith("builder"):
+        return vae.model, AutoAmortizedNormal(vae.model, encoder=vae.body, encoder_input=0, **options)
+    return vae.model, AutoAmortizedNormal(vae.model, **options)
 
 
 def held_out(model, guide, x, particles=20):

@@ -20,6 +20,7 @@ from pyro.infer.autoguide import init_to_feasible, init_to_mean, init_to_median,
 from amortized_pyro.autoguides import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
                                        AutoSemiAmortizedNormal, AutoSharedNormal)
 from amortized_pyro.autoguides.posterior import FLOW_DRAWS
+from amortized_pyro.autoguides.encoders import SCALE_LINKS
 from amortized_pyro.errors import AmortizedPyroError
 
 N, DX = 6, 3
@@ -212,8 +213,8 @@ def test_init_loc_fn_over_a_subsampled_plate():
 @pytest.mark.parametrize("init_scale", [1e-1, 1e-4])
 @pytest.mark.parametrize("name", BUILDERS)
 def test_init_scale(name, init_scale):
-    """The free factors' σ and the global part's start at init_scale; an encoder's log-scale head is shifted by
-    log init_scale (the same weights otherwise)."""
+    """The free factors' σ and the global part's start at init_scale; an encoder's scale head is shifted by
+    its link's inverse at init_scale, less its inverse at 1 (the same weights otherwise)."""
     x = data()
     pyro.set_rng_seed(0)
     guide = BUILDERS[name](supports, init_scale=init_scale)
@@ -225,8 +226,9 @@ def test_init_scale(name, init_scale):
         pyro.set_rng_seed(0)
         unit = BUILDERS[name](supports, init_scale=1.0)
         unit(x)
+        inverse = SCALE_LINKS[guide.scale_link][1]  # σ → the head's output that gives it
         torch.testing.assert_close(guide.q_z.encoder.log_scale.bias - unit.q_z.encoder.log_scale.bias,
-                                   torch.full((guide.structure.size,), math.log(init_scale)))
+                                   torch.full((guide.structure.size,), inverse(init_scale) - inverse(1.0)))
 
 
 @pytest.mark.parametrize("name", BUILDERS)

@@ -205,4 +205,4 @@ def test_a_gap_of_zero_that_was_not_measured_is_said():
         guide(toy.x)
         with pytest.warns(GapNotMeasured, match="for 10 of 10 datapoints q\\*'s optimization .* max_steps=50"):
             report = measure_gap(toy.model, guide, toy.x[:10], settings=GapSettings(max_steps=50, ais_steps=0))
-    assert report["kept_at_cap"] == 10 and report["amortization_gap"]["mean"] == 0.0
+    assert report["kept_at_cap"] == 10 and abs(report["amortization_gap"]["mean"]) < 1e-5  # softplus⁻¹ rounding

@@ -41,8 +41,9 @@ def test_the_encoders_body_gets_a_gradient_at_the_first_step():
 @pytest.mark.parametrize("standardize", [True, False])
 def test_the_start_is_tame_on_inputs_of_any_scale(scale, standardize):
     """On counts of any scale, through the default encoder standardized or raw: the factors of the prototype's
-    datapoints average μ = init_loc_fn's (0) and σ = init_scale, each coordinate within a root mean square of 1;
-    the default encoder's input stays within a few units (symlog, then standardized)."""
+    datapoints average μ = init_loc_fn's (0) and, in the scale head's space (the default softplus link's inverse),
+    the output that gives σ = init_scale, each coordinate within a root mean square of 1; the default encoder's
+    input stays within a few units (symlog, then standardized)."""
     pyro.set_rng_seed(0)
     x = (1 + torch.poisson(torch.full((50, 40), scale), generator=torch.Generator().manual_seed(1))
          * torch.linspace(0.1, 10.0, 50).unsqueeze(-1)).round()  # cells over two orders of magnitude
@@ -54,9 +55,11 @@ def test_the_start_is_tame_on_inputs_of_any_scale(scale, standardize):
         if standardize:
             assert guide.q_z.encoder.body[1](x).abs().max() < 10
     torch.testing.assert_close(loc.mean(0), torch.zeros(loc.shape[-1]))
-    torch.testing.assert_close(scale_.log().mean(0), torch.full((loc.shape[-1],), math.log(guide.init_scale)))
+    assert guide.scale_link == "softplus"
+    head, target = scale_.expm1().log(), math.log(math.expm1(guide.init_scale))  # softplus⁻¹(σ)
+    torch.testing.assert_close(head.mean(0), torch.full((loc.shape[-1],), target))
     assert loc.pow(2).mean(0).sqrt().max() <= 1 + 1e-5
-    assert (scale_.log() - math.log(guide.init_scale)).pow(2).mean(0).sqrt().max() <= 1 + 1e-5
+    assert (head - target).pow(2).mean(0).sqrt().max() <= 1 + 1e-5
 
 
 @pytest.mark.parametrize("name", ENCODER_BUILDERS)

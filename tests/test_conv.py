@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from amortized_pyro.autoguides.factors import ConvBody
+from amortized_pyro.autoguides.encoders import ConvBody
 from amortized_pyro.cli.commands import cli
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
 from amortized_pyro.models.networks import LEAKY_SLOPE, ConvDecoder

@@ -43,8 +43,9 @@ def orthogonal_model(n=100, seed=0, cls=LinearGaussian):
 
 
 def exact_guide(model, x, scale=1.0, shift=0.0, style="model"):
-    """A linear encoder set to the exact posterior, its σ times ``scale`` and its mean moved by ``shift``."""
-    guide = AutoAmortizedNormal(getattr(model, style), encoder=nn.Identity())
+    """A linear encoder set to the exact posterior, its σ times ``scale`` and its mean moved by ``shift`` (the exp
+    link: the scale head's bias is log σ)."""
+    guide = AutoAmortizedNormal(getattr(model, style), encoder=nn.Identity(), scale_link="exp")
     guide(x) if style == "model" else guide(x, 20)
     precision = model.precision()
     gain = torch.linalg.solve(precision, model.W.T) / model.sigma ** 2
@@ -129,7 +130,7 @@ def test_other_plate_layouts_simulate_into_the_right_rows():
     narrow = exact_guide(model, model.x, 0.5, style="random_batches")
     assert local_sbc(model.random_batches, narrow, model.x, 20, simulations=200)["p_value"] < ALPHA
     # a minibatch with its indices
-    sub = AutoAmortizedNormal(model.subsampled, encoder=nn.Identity())
+    sub = AutoAmortizedNormal(model.subsampled, encoder=nn.Identity(), scale_link="exp")  # exact_guide's link
     sub(model.x[batch], batch)
     sub.load_state_dict(exact_guide(model, model.x).state_dict())
     assert local_sbc(model.subsampled, sub, model.x[batch], batch, simulations=200)["p_value"] > ALPHA
@@ -245,7 +246,7 @@ def test_a_flow_guides_weights_go_through_its_transforms():
     # the flow's transforms start as the identity: its k̂ is the Gaussian factor's; trained, still finite per datapoint
     model = orthogonal_model(n=30)
     gaussian = exact_guide(model, model.x, scale=0.5)
-    flow = AutoAmortizedNormal(model.model, encoder=nn.Identity(), flow=2)
+    flow = AutoAmortizedNormal(model.model, encoder=nn.Identity(), flow=2, scale_link="exp")  # exact_guide's link
     flow(model.x)
     flow.q_z.load_state_dict(gaussian.q_z.state_dict())
     same = [importance_diagnostics(model.model, g, model.x, samples=300)["guide"]["khat"] for g in (gaussian, flow)]

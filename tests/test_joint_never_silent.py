@@ -12,7 +12,7 @@ from pyro import poutine
 from pyro.infer import SVI, TraceEnum_ELBO
 
 from amortized_pyro.autoguides import AutoAmortizedNormal, AutoSemiAmortizedNormal, LocalJoint, measure_gap
-from amortized_pyro.autoguides.local_joint import ObservationsOfNoDatapoint
+from amortized_pyro.autoguides.stray import ObservationsOfNoDatapoint
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.gaps import GapSettings
 

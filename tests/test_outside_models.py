@@ -46,28 +46,30 @@ def losses(guide, model, x, steps):
 
 @pytest.mark.parametrize("name", ENCODER_GUIDES)
 def test_encoder_guides_start_where_init_loc_fn_puts_them_on_raw_counts(name):
-    """Every encoder guide's factors start on average over the prototype's datapoints at σ = init_scale and μ =
-    init_loc_fn's, each coordinate's μ and log σ within a root mean square of 1 about it, for any input scale (its
+    """Every encoder guide's factors start on average over the prototype's datapoints at σ = init_scale (in the
+    scale head's space: softplus⁻¹(σ), the default link) and μ = init_loc_fn's, each coordinate's μ and head
+    output within a root mean square of 1 about it, for any input scale (its
     centred heads), and its default encoder reads symlog of the counts standardized: on raw counts of about 10, A-VI trains 30 steps with
     finite losses, SA-VI, IA-VI and the flow their first 3 (their later divergence on this model, whose Gamma(0.1)
     locals have an unbounded density at 0, is a limit docs/your-model.md states, measured); with the builders' start before (torch's default heads, the raw
-    counts: ``head_init="torch", standardize=False``) the first steps are not finite, or refused as such."""
+    counts, exp's σ: ``head_init="torch", standardize=False, scale_link="exp"``) the first steps are not finite, or refused as such."""
     deff, x = SparseGammaDEF(PIXELS), counts()
     pyro.set_rng_seed(0)
     guide = ENCODER_GUIDES[name](deff.model)
     with torch.no_grad():
         guide(x)
         loc, scale = guide.q_z.encoder(guide.encoder_data(torch.arange(N), (x,), {}))  # before any refinement
-    log_scale = scale.log()
-    torch.testing.assert_close(log_scale.mean(0), torch.full_like(log_scale[0], math.log(guide.init_scale)))
+    assert guide.scale_link == "softplus"
+    head, target = scale.expm1().log(), math.log(math.expm1(guide.init_scale))  # softplus⁻¹(σ)
+    torch.testing.assert_close(head.mean(0), torch.full_like(head[0], target))
     torch.testing.assert_close(loc.mean(0), torch.zeros_like(loc[0]))  # init_to_feasible: μ = 0 unconstrained
-    for value, centre in ((loc, 0.0), (log_scale, math.log(guide.init_scale))):
+    for value, centre in ((loc, 0.0), (head, target)):
         assert (value - centre).pow(2).mean(0).sqrt().max() <= 1 + 1e-5
     steps = 30 if name == "amortized" else 3
     assert all(math.isfinite(loss) for loss in losses(guide, deff.model, x, steps))
     pyro.clear_param_store()
     pyro.set_rng_seed(0)
-    old = ENCODER_GUIDES[name](deff.model, head_init="torch", standardize=False)
+    old = ENCODER_GUIDES[name](deff.model, head_init="torch", standardize=False, scale_link="exp")
     try:
         first = losses(old, deff.model, x, 3)
     except (GuideError, ValueError):  # the factor's check, or Pyro's own argument checks (a Gamma's rate 0)

@@ -59,7 +59,8 @@ def test_the_worst_rows_are_refined_and_the_rest_keep_the_encoders_factor():
     rows = torch.topk(score_of(log_w, "spread"), 10).indices.sort().values
     assert torch.equal(rows, worst_rows(by_hand(model), model.x, loc0, scale0, {}, SHARE, "spread", 8,
                                         torch.Generator().manual_seed(0)))
-    moved = (loc != loc0).any(-1) | (scale != scale0).any(-1)
+    # σ goes through log and back (log σ's steps): a row kept at the encoder's factor keeps it to float rounding
+    moved = (loc != loc0).any(-1) | ~torch.isclose(scale, scale0, rtol=1e-6, atol=0).all(-1)
     assert torch.equal(moved.nonzero().flatten(), rows)  # exactly the chosen ten moved
 
 

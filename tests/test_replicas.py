@@ -146,3 +146,6 @@ def test_cli_replicas_and_what_they_refuse(tmp_path):
                                                 "--out", str(tmp_path / "q")])
     assert refused.exit_code == 2 and "replicas support" in refused.output  # a usage error
     assert len(refused.output.strip().splitlines()) == 1
+    flow = CliRunner().invoke(cli, common + ["--replicas", "2", "--flow", "2", "--out", str(tmp_path / "f")])
+    assert flow.exit_code == 2 and "flow 2" in flow.output, flow.output  # crashed in the pack's first step before
+    assert len(flow.output.strip().splitlines()) == 1 and not (tmp_path / "f").exists()

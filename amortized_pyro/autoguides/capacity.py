@@ -107,6 +107,7 @@ def train_fresh_encoder(model, guide, *args, width=64, layers=2, encoder=None, e
                                         init_loc_fn=guide.init_loc_fn,
                                         head_init=getattr(guide, "head_init", "zero"),
                                         standardize=getattr(guide, "standardize", True),
+                                        scale_link=getattr(guide, "scale_link", "softplus"),
                                         global_guide=guide.global_kind if own is None else own,
                                         create_plates=guide._user_plates, local_mask=guide.local_mask)
             with torch.no_grad():

@@ -109,19 +109,17 @@ class EncoderInput:
             raise GuideError("the encoder's input (model argument %r) is not a tensor of datapoints" % (self.position,))
         return data
 
-    def rows(self, data, indices, full, lead=0, in_order=False):
+    def rows(self, data, indices, full, in_order=False):
         """The rows of ``data`` that are this call's datapoints ``indices`` of ``full``, [B, ...] (one number per
-        datapoint as [B, 1]; ``lead``: dimensions in front of the rows, a pack's replicas; ``in_order``: the plate
-        is known to take every datapoint in order)."""
-        if data.dim() == lead + 1:  # one number per datapoint: a column of features, [B, 1]
+        datapoint as [B, 1]; ``in_order``: the plate is known to take every datapoint in order)."""
+        if data.dim() == 1:  # one number per datapoint: a column of features, [B, 1]
             data = data.unsqueeze(-1)
-        # indices [B], a pack's [R, B] (or its shared [B]), or a plate's subsample=x [B, ...]
-        rows, batch = data.shape[lead], indices.shape[min(lead, indices.dim() - 1)]
+        rows, batch = data.shape[0], indices.shape[0]  # indices [B], or a plate's subsample=x [B, ...]
         reading = self.reading
         if reading == "every":
             reading = "indexed" if rows == full != batch else "batch"
         if reading == "indexed" and rows == full:
-            return data if in_order else data.index_select(lead, indices.to(data.device))
+            return data if in_order else data.index_select(0, indices.to(data.device))
         if reading == "batch" and rows == batch:
             return data
         raise GuideError("the encoder's input (model argument %r) has %d rows; its first call read them as %s, "

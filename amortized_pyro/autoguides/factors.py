@@ -12,156 +12,27 @@ import math
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
 
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.draws import Draws
 from amortized_pyro.local.partial import refine_worst
 from amortized_pyro.local.optimize import local_objective, noise_of, refine
-from amortized_pyro.support.batching import rows_of
 
-LEAKY_SLOPE = 0.2
+# the encoders' home is .encoders; these three stay importable from here for guides pickled before it was
+from amortized_pyro.autoguides.encoders import ConvBody, Encoder, Standardize  # noqa: F401
+
 REFINE_GRADS = ("straight-through", "unrolled")
 FREE_INITS = ("prior", "random")
 
 
-def hidden_layers(x_dim, width, layers, slope=LEAKY_SLOPE):
-    """(Linear → LeakyReLU(slope)) × ``layers``: x_dim → width → … → width."""
-    sizes = [x_dim] + [width] * layers
-    return nn.Sequential(*[module for d_in, d_out in zip(sizes, sizes[1:])
-                           for module in (nn.Linear(d_in, d_out), nn.LeakyReLU(slope))])
-
-
-DEFAULT_WIDTH, DEFAULT_LAYERS = 128, 2
-
-
-def default_encoder(x_dim, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS, data=None):
-    """Flatten → (Linear(·, width) → LeakyReLU(0.2)) × ``layers``: features [B, width] of data [B, ...]; with
-    ``data`` (a batch of it), the flattened input first read as sign(x) log(1 + |x|) standardized by that batch
-    (:class:`Standardize`)."""
-    steps = [nn.Flatten()] + ([] if data is None else [Standardize(data.flatten(1))])
-    return nn.Sequential(*steps, hidden_layers(x_dim, width, layers))
-
-
-def symlog(x):
-    """sign(x) log(1 + |x|): near the identity about 0 (slope 1), log-like beyond; three elementwise passes
-    (torch.asinh, alike in shape, took 780–910 µs on a batch of 128 MNIST images on this CPU, one thread, this
-    170–180 µs)."""
-    return torch.copysign(torch.log1p(x.abs()), x)
-
-
-class Standardize(nn.Module):
-    """x → (symlog x − m) / s (:func:`symlog`) with m the per-feature mean and s the overall standard deviation of
-    symlog x over a batch of data [B, D], read once and held fixed (buffers; s = 1 where the batch does not vary):
-    an encoder's input on the scale its initialization expects, whatever the data's. symlog is affine on binary
-    pixels (nothing changes there after standardizing) and log-like on counts, so inputs of any scale stay within
-    a few units: counts with library sizes over 500–20,000 standardized alone (a batch's spread is not the next's)
-    put the encoder's outputs at e^±50 within 30 steps (issue 68, item 6, experiments/count_model.py), as a user's
-    encoder takes log1p of counts."""
-
-    def __init__(self, data):
-        super().__init__()
-        data = symlog(data.detach().to(torch.get_default_dtype()))
-        spread = data.std() if data.numel() > 1 else data.new_tensor(0.0)
-        self.register_buffer("mean", data.mean(0))
-        self.register_buffer("scale", torch.where(spread > 0, spread, torch.ones_like(spread)))
-
-    def forward(self, x):
-        return (symlog(x) - self.mean) / self.scale
-
-
-def _halved(n):
-    """A convolution's output size along one axis of size n (kernel 4, stride 2, padding 1)."""
-    return (n + 2 - 4) // 2 + 1
-
-
-class ConvBody(nn.Module):
-    """Images as rows x [..., C·H·W] (channel-first) → Conv2d(C, 32, 4, stride 2, padding 1) → LeakyReLU →
-    Conv2d(32, 64, 4, 2, 1) → LeakyReLU → (Linear → LeakyReLU) × ``layers`` of ``width``: features [..., width].
-    H and W need not be multiples of 4 (each convolution floors). ``extra`` inputs after the image's pixels in
-    each row (a conditional model's one-hot label) join the convolutions' features before the linear layers."""
-
-    def __init__(self, image_shape, width, layers=1, slope=LEAKY_SLOPE, extra=0):
-        super().__init__()
-        self.image_shape, self.pixels = tuple(image_shape), math.prod(image_shape)
-        channels, height, wide = self.image_shape
-        self.convolutions = nn.Sequential(nn.Conv2d(channels, 32, 4, 2, 1), nn.LeakyReLU(slope),
-                                          nn.Conv2d(32, 64, 4, 2, 1), nn.LeakyReLU(slope))
-        self.head = hidden_layers(64 * _halved(_halved(height)) * _halved(_halved(wide)) + extra, width, max(1, layers), slope)
-
-    def forward(self, x):
-        h = self.convolutions(x[..., :self.pixels].reshape((-1,) + self.image_shape))
-        return self.head(torch.cat([h.reshape(x.shape[:-1] + (-1,)), x[..., self.pixels:]], -1))
-
-
-def conv(image_shape, width, layers=1, slope=LEAKY_SLOPE, extra=0):
-    """:class:`ConvBody`: a convolutional encoder body for images ``image_shape`` (C, H, W) (and ``extra`` inputs
-    after each image's pixels)."""
-    return ConvBody(image_shape, width, layers, slope, extra)
-
-
-def mlp_body(image_shape, width, layers, slope=LEAKY_SLOPE, extra=0):
-    """:func:`hidden_layers` on the flattened image (and ``extra`` inputs after its pixels): C·H·W + extra → width → … →
-    width."""
-    return hidden_layers(math.prod(image_shape) + extra, width, layers, slope)
-
-
-ENCODERS = {"mlp": mlp_body, "conv": conv}  # encoder bodies by name: (image_shape, width, layers, slope, extra) → module
-
-
-SCALE_LINKS = {  # the scale head's output o → σ, and σ → the o that gives it
-    "exp": (torch.exp, math.log),  # the studies' codes and Pyro's examples/vae
-    "softplus": (nn.functional.softplus, lambda scale: math.log(math.expm1(scale))),  # Pyro's AutoNormal's scales
-}
-
-
-class Encoder(nn.Module):
-    """data → ``body`` → features [B, F] → (loc, scale) heads of size ``size``, scale = ``link``(the scale head)
-    (:data:`SCALE_LINKS`: exp, or softplus, which grows σ linearly where exp grows it exponentially: on the count
-    model of issue 68 the exp link's σ reached e^4 within 40 steps from a start far from the data), the scale
-    head's bias shifted to give ``init_scale`` (exp and 1: torch's default initialization, unshifted)."""
-
-    link = "exp"  # an Encoder pickled before the link was an option
-
-    def __init__(self, body, features, size, init_scale=1.0, link="exp"):
-        super().__init__()
-        self.body, self.link = body, link
-        self.loc = nn.Linear(features, size)
-        self.log_scale = nn.Linear(features, size)  # the scale head (its name kept for saved state dicts)
-        shift = SCALE_LINKS[link][1](init_scale)
-        if shift:
-            with torch.no_grad():
-                self.log_scale.bias.add_(shift)
-
-    def log_scale_of(self, h):
-        """log σ of features ``h`` (the exp link's head output itself)."""
-        out = self.log_scale(h)
-        return out if self.link == "exp" else SCALE_LINKS[self.link][0](out).log()
-
-    @torch.no_grad()
-    def centre(self, features, loc, scale, spread=1.0):
-        """Start each head where its outputs on the prototype call's ``features`` [B, F] average ``loc`` (μ) and
-        the output that gives ``scale`` (σ), each output coordinate's root mean square over the batch before centring at most
-        ``spread`` (torch's default weights, shrunk row by row where larger): the start stays tame on inputs
-        of any scale (counts in the tens put torch's default σ at e^±several, issue 59), and unlike zero
-        weights the body gets a gradient from the first step and its features are told apart (zero heads on a
-        body whose features hardly vary across images trained Pyro's VAE 32 nats worse in 25 epochs, as issue 68
-        measured)."""
-        for head, target in ((self.loc, loc), (self.log_scale, SCALE_LINKS[self.link][1](scale))):
-            out = features @ head.weight.T
-            rms = out.pow(2).mean(0).sqrt()
-            head.weight.mul_((spread / rms).clamp(max=1.0).nan_to_num(1.0).unsqueeze(-1))
-            head.bias.copy_(torch.as_tensor(target).to(head.bias) - (features @ head.weight.T).mean(0))
-
-    def forward(self, x):
-        if self.loc.weight.dim() > 2:  # one encoder per replica (a pack of seeds): parameters stacked in front
-            return vmap(lambda params, data: functional_call(self, params, (data,)))(dict(self.named_parameters()), x)
-        h = self.body(x)
-        return self.loc(h), SCALE_LINKS[self.link][0](self.log_scale(h))
+def held(theta):
+    """θ held fixed in a factor's steps: its values detached (site → tensor, or the gap's
+    :class:`~amortized_pyro.local.draws.Draws`)."""
+    return theta.detached() if isinstance(theta, Draws) else {k: v.detach() for k, v in theta.items()}
 
 
 class AmortizedFactor(nn.Module):
-    """A-VI: (μ_n, σ_n) = encoder(x_n), an :class:`Encoder`."""
+    """A-VI: (μ_n, σ_n) = encoder(x_n), an :class:`~.encoders.Encoder`."""
 
     can_infer_unseen = True
 
@@ -209,13 +80,11 @@ class SemiAmortizedFactor(AmortizedFactor):
         loc0, scale0 = self.encoder(x)
         if not self.steps or theta is None:
             return loc0, scale0
+        theta, unrolled = held(theta), self.grad == "unrolled"
         if self.share < 1:
             if particles > 1:
                 raise GuideError("refining a share of the datapoints takes one particle (vectorized particles: %d)"
                                  % particles)
-            detach = (lambda one: {k: v.detach() for k, v in one.items()})
-            theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
-            unrolled = self.grad == "unrolled"
             loc, log_scale = refine_worst(
                 log_joint or self.log_joint, x, loc0, scale0, theta, self.share, self.score, self.score_draws,
                 generator, lambda joint, x_rows, loc, log_scale, theta_rows: refine(
@@ -224,9 +93,6 @@ class SemiAmortizedFactor(AmortizedFactor):
             return self._through(loc0, scale0, loc, log_scale)
         if particles > 1:
             loc0, scale0 = loc0.expand((particles,) + loc0.shape), scale0.expand((particles,) + scale0.shape)
-        detach = (lambda one: {k: v.detach() for k, v in one.items()})
-        theta = theta.detached() if isinstance(theta, Draws) else detach(theta)
-        unrolled = self.grad == "unrolled"
         loc, log_scale = refine(log_joint or self.log_joint, x, loc0, scale0.log(), theta, self.lr, self.steps, 1,
                                 generator, unrolled, optimizer=self.optimizer)
         return self._through(loc0, scale0, loc, log_scale)
@@ -288,7 +154,7 @@ class IterativeFactor(AmortizedFactor):
             return loc, log_scale.exp(), None
         if particles > 1:
             loc, log_scale, h = (t.expand((particles,) + t.shape) for t in (loc, log_scale, h))
-        theta = theta.detached() if isinstance(theta, Draws) else {k: v.detach() for k, v in theta.items()}
+        theta = held(theta)
         training, objectives, noise = torch.is_grad_enabled(), 0, noise_of(theta, generator)
         with torch.enable_grad():
             for _ in range(self.iterations):
@@ -331,8 +197,6 @@ class FreeFactor(nn.Module):
 
     def forward(self, x, idx, theta=None, generator=None):
         if self.per_datapoint:
-            if self.loc.dim() > 2:  # one table per replica (a pack of seeds): replica r's rows idx[r]
-                return rows_of(self.loc, idx), rows_of(self.log_scale, idx).exp()
             return self.loc[idx], self.log_scale[idx].exp()
-        batch = self.loc.shape[:-1] + idx.shape[-1:] + self.loc.shape[-1:]
-        return self.loc.unsqueeze(-2).expand(batch), self.log_scale.exp().unsqueeze(-2).expand(batch)
+        batch = idx.shape[:1] + self.loc.shape
+        return self.loc.expand(batch), self.log_scale.exp().expand(batch)

@@ -1,6 +1,6 @@
 """The families of q(z_n), each a guide builder for any model (see :mod:`.base`); their factors are the
-modules of :mod:`.factors`, sized from the model's trace (the two that work on the local ELBO inside the guide, SA-VI
-and IA-VI, are in :mod:`.refining`):
+modules of :mod:`.factors` (an encoder's: :mod:`.encoders`), sized from the model's trace (the two that work on
+the local ELBO inside the guide, SA-VI and IA-VI, are in :mod:`.refining`):
 
     AutoAmortizedNormal       (μ_n, log σ_n) = heads(encoder(x_n))                           A-VI
     AutoSemiAmortizedNormal   the amortized factor refined by Adam steps on the local ELBO   SA-VI (Kim et al. 2018)
@@ -20,8 +20,8 @@ from pyro.ops.tensor_utils import periodic_repeat
 
 from amortized_pyro.autoguides.base import AutoLocalGuide
 from amortized_pyro.autoguides.encoder_input import EncoderInput, observed_rows
-from amortized_pyro.autoguides.factors import (DEFAULT_LAYERS, DEFAULT_WIDTH, SCALE_LINKS, AmortizedFactor, Encoder,
-                                               FreeFactor, default_encoder)
+from amortized_pyro.autoguides.encoders import DEFAULT_LAYERS, DEFAULT_WIDTH, SCALE_LINKS, Encoder, default_encoder
+from amortized_pyro.autoguides.factors import AmortizedFactor, FreeFactor
 from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import GuideError
 
@@ -96,17 +96,18 @@ class AutoAmortizedNormal(AutoLocalGuide):
     :param str head_init: how the heads start: ``"centred"`` (the default) torch's default weights, shrunk
         row by row so that each output's root mean square over the prototype call's datapoints is at most 1, and
         biases that put the factors' mean over those datapoints at μ = the prototype's ``init_loc_fn`` values
-        (their mean) and σ = ``init_scale`` (:meth:`~.factors.Encoder.centre`: tame on inputs of any scale, and
+        (their mean) and σ = ``init_scale`` (:meth:`~.encoders.Encoder.centre`: tame on inputs of any scale, and
         the encoder's body trained from the first step); ``"zero"`` zero weights, every datapoint's factor at
         that mean (the body gets no gradient at the first step and its features start alike: on Pyro's VAE 32
         nats worse than a hand-written guide after 25 epochs, as issue 68 measured); ``"torch"`` torch's default
         initialization with log ``init_scale`` added to the log-scale head's bias (the package's studies).
-    :param str scale_link: σ_n from the scale head's output: ``"exp"`` (the default, as Pyro's examples/vae writes
-        its guide) or ``"softplus"`` (as Pyro's AutoNormal constrains its scales): σ grows linearly in the head's
-        output, not exponentially, which kept SA-VI on issue 68's count model training from a start far from the
-        data where exp's σ overflowed its draws (figures/defaults-vs-hand/tables.md).
+    :param str scale_link: σ_n from the scale head's output: ``"softplus"`` (the default, as Pyro's AutoNormal
+        constrains its scales) or ``"exp"`` (as Pyro's examples/vae writes its guide, and the package's studies):
+        softplus grows σ linearly in the head's output, not exponentially; exp's σ overflowed its draws on issue
+        68's count model (SA-VI, seed 2) and stopped LDA in 5 of 12 gallery runs, softplus in none
+        (figures/defaults-vs-hand/tables.md, docs/gallery.md).
     :param bool standardize: the default encoder reads sign(x) log(1 + |x|) of its input standardized by the first call's data
-        (per-feature mean, one overall standard deviation, held fixed: :class:`~.factors.Standardize`); False:
+        (per-feature mean, one overall standard deviation, held fixed: :class:`~.encoders.Standardize`); False:
         the raw input; unused with ``encoder=``.
 
     The other parameters are :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`'s.
@@ -116,7 +117,7 @@ class AutoAmortizedNormal(AutoLocalGuide):
     HEAD_INITS = ("centred", "zero", "torch")
 
     def __init__(self, model, *, encoder=None, encoder_input=None, width=DEFAULT_WIDTH, layers=DEFAULT_LAYERS,
-                 head_init="centred", standardize=True, scale_link="exp", **kwargs):
+                 head_init="centred", standardize=True, scale_link="softplus", **kwargs):
         super().__init__(model, **kwargs)
         count("width", width, 1)
         count("layers", layers)
@@ -143,15 +144,11 @@ class AutoAmortizedNormal(AutoLocalGuide):
             self._input = EncoderInput.read(
                 self.encoder_input, args, kwargs, observed_rows(self.first_trace, self.plate), indices, full,
                 lambda: torch.equal(indices.cpu(), torch.arange(full)))
-        # seeds packed as replicas (inference.replicas: the encoder's parameters stacked in front) read data
-        # [R, rows, ...] and, on minibatches, indices [R, B]
-        factor = self._modules.get("q_z")  # not ``self.q_z``: PyroModule registers its parameters at each access
-        lead = int(factor is not None and factor.encoder.loc.weight.dim() > 2)
         in_order = self.call_plate is not None and self.call_plate.covers_all  # 0..N-1 by construction
-        return self._input.rows(self._input.data(args, kwargs), indices, full, lead, in_order)
+        return self._input.rows(self._input.data(args, kwargs), indices, full, in_order)
 
     def _encoder(self, data, device):
-        """The :class:`~.factors.Encoder` around the user's body (left where the user put it) or the default
+        """The :class:`~.encoders.Encoder` around the user's body (left where the user put it) or the default
         one (on ``device``) for this data; its heads on the features' device."""
         body = self._body[0]
         if body is None:

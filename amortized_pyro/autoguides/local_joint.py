@@ -2,25 +2,15 @@
 
     log p(x_n, z_n | θ) + log |det ∂z_n/∂u_n|,    z_n = T(u_n)  (T: each local site's ``biject_to(support)``)
 
-summed over every site inside the data plate (the local latents and the observations there), kept per
-plate element, and over the observations in a plate of their own that each depend on one datapoint (the
-radon layout: per-group intercepts in plate "groups", observations in plate "obs" indexed by their group),
-each added to its datapoint's term. Sites outside the plate (θ, global observations) do not depend on z_n: left
-out. Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of the model's (a KL warm-up,
-tempering), are left out, so the gap is that of the untempered per-datapoint ELBO. With the Jacobian term a
-Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the per-datapoint optimizers of
+summed over every site inside the data plate (the local latents and the observations there), kept per plate element,
+and over the observations in a plate of their own that each depend on one datapoint (the radon layout: per-group
+intercepts in plate "groups", observations in plate "obs" indexed by their group), each added to its datapoint's
+term (which datapoint, read off the model once per call: :mod:`.stray`). Sites outside the plate (θ, global
+observations) do not depend on z_n: left out. Every term is unscaled: the plate's N/B, and any ``poutine.scale`` of
+the model's (a KL warm-up, tempering), are left out, so the gap is that of the untempered per-datapoint ELBO. With
+the Jacobian term a Gaussian q(u_n) scores as an ELBO of its pushforward q(z_n), so the per-datapoint optimizers of
 :mod:`amortized_pyro.local.optimize` and the estimators of :mod:`amortized_pyro.local.gaps` work unchanged on any
 model.
-
-**Which datapoint an observation depends on** is read once per call off the model by forward-mode
-differentiation (:meth:`LocalJoint._stray_rows`) at one point: D_0, the derivative of each observation's
-log-density along weights w per datapoint and coordinate (in [1, 2), a fixed seed: along ones, a contrast
-z_n0 − z_n1 has none; along w, Σ_c ∂log p/∂u_nc w_nc is 0 with probability 0), and D_k along w scaled per
-datapoint n by 2^(e_k(n)), e_k(n) the k-th base-32 digit of n less 16: a power of 2 scales every rounding
-exactly, so one datapoint's observation has D_k / D_0 = 2^(e_k(n)) exactly, several datapoints' a mean of their
-2^e that is none; 1 + ⌈log_32 B⌉ passes (2 up to 32 datapoints, 3 up to 1,024). An observation of several
-datapoints is refused in one line; unmasked observations of none (every D zero) are said in one line
-(:class:`ObservationsOfNoDatapoint`) and count in no datapoint's term.
 
 **Never a prior draw.** Every site the guide covers is conditioned in the trace; a latent site left (one the
 guide was not built on; a discrete site enumerated for TraceEnum_ELBO, which sums it out) would count at a draw
@@ -41,24 +31,19 @@ import warnings
 import weakref
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from pyro import poutine
 from pyro.poutine.util import site_is_subsample
 
+from amortized_pyro.autoguides.stray import masked_log_prob, scattered, stray_rows
 from amortized_pyro.errors import AmortizedPyroError, GuideError
 
 DRAWS = ("auto", "stacked", "one-at-a-time")
-CODE = 32  # datapoint n's k-th digit in base CODE, less CODE // 2, is the power of 2 of its tangent in pass k
 _UNSAFE = {}  # id(structure) → (a weak reference to it, the models whose stacked call failed with it)
 
 
 class NotBroadcastSafe(UserWarning):
     """The model failed on draws stacked left of its plates: its log joint is evaluated one draw at a time."""
-
-
-class ObservationsOfNoDatapoint(UserWarning):
-    """Observations in a plate of their own that depend on no datapoint's latents: in no datapoint's log joint."""
 
 
 def check_draws(draws):
@@ -123,7 +108,8 @@ class LocalJoint:
         flat = u.reshape((draws, batch, self.structure.size))
         if self.stray_rows is None:  # once per call's datapoints, at the first draw
             plain = {name: self._one_draw(name, value, 0, draws) for name, value in theta.items()}
-            self.stray_rows = self._stray_rows(batch, plain) if self.structure.stray_observations else {}
+            self.stray_rows = stray_rows(lambda u: self._trace(u, plain, None)[0], self.structure, batch,
+                                         self._device(plain)) if self.structure.stray_observations else {}
             if self.steady:
                 self._refuse_hidden_draws(flat[0].detach(), plain)
         if self.draws == "one-at-a-time" or (self.draws == "auto" and _known_unsafe(self.model, self.structure)):
@@ -175,59 +161,11 @@ class LocalJoint:
         return (0.0 if self.observed else log_det) + self._per_datapoint(trace, 1 if draws is None else draws,
                                                                           u.shape[-2])
 
-    def _stray_rows(self, batch, theta):
-        """observed site outside the plate → LongTensor [M]: the datapoint (row of the call's B) each of its M
-        observations depends on, -1 where none; read by forward-mode differentiation at one plain draw ``theta``
-        (module docstring); one line of :class:`GuideError` where an observation depends on several, of
-        :class:`ObservationsOfNoDatapoint` where unmasked ones depend on none."""
-        device = (self.indices.device if self.indices is not None  # the plate's, as the data's
-                  else next((v.device for v in theta.values()), torch.device("cpu")))
-        generator, size = torch.Generator().manual_seed(0), self.structure.size
-        point = 0.5 * torch.randn(batch, size, generator=generator).to(device)
-        weights = (1.0 + torch.rand(batch, size, generator=generator)).to(device)
-        passes = next(k for k in range(1, 64) if CODE ** k >= batch)
-        digits = [(torch.arange(batch, device=device) // CODE ** k) % CODE - CODE // 2 for k in range(passes)]
-        derivatives = []  # per pass: site → D [M]
-        for tangent in [weights] + [weights * torch.exp2(e.to(point.dtype)).unsqueeze(-1) for e in digits]:
-            with fwAD.dual_level():
-                trace, _ = self._trace(fwAD.make_dual(point, tangent), theta, None)
-                duals = {name: fwAD.unpack_dual(self._stray_log_p(trace.nodes[name]))
-                         for name in self.structure.stray_observations}
-            derivatives.append({name: (torch.zeros_like(d.primal) if d.tangent is None else d.tangent).reshape(-1)
-                                for name, d in duals.items()})
-        rows = {}
-        for name in self.structure.stray_observations:
-            along, *scaled = (d[name] for d in derivatives)
-            touched = torch.stack([along] + scaled).ne(0).any(0)
-            single, row = along.ne(0), torch.zeros_like(along, dtype=torch.long)
-            for k, d in enumerate(scaled):  # D_k / D_0 = 2^(the k-th digit of n's, less CODE / 2) for one datapoint n
-                ratio = d / torch.where(single, along, 1.0)
-                exponent = torch.log2(ratio).round()  # NaN where the ratio is ≤ 0: not one datapoint
-                # exact on deterministic kernels; 1e-5 leaves room for a device's sums in another order
-                single &= ((ratio / torch.exp2(exponent) - 1).abs() <= 1e-5) \
-                    & (exponent >= -(CODE // 2)) & (exponent < CODE // 2)
-                row += (exponent.nan_to_num() + CODE // 2).clamp(0, CODE - 1).long() * CODE ** k
-            if (touched & ~(single & (row < batch))).any():
-                raise GuideError("the observed site %r sits in another plate than %r and an observation of it "
-                                 "depends on several of its datapoints: give the log joint by hand"
-                                 % (name, self.structure.plate))
-            rows[name] = torch.where(touched, row, -1)
-            mask = trace.nodes[name]["mask"]
-            alone = int((~touched & torch.as_tensor(True if mask is None else mask, device=device)
-                         .expand(duals[name].primal.shape).reshape(-1)).sum())
-            if alone:
-                warnings.warn("%d of %d observations of the site %r depend on no datapoint's latents (of plate %r): "
-                              "their terms are in no datapoint's log joint"
-                              % (alone, len(along), name, self.structure.plate), ObservationsOfNoDatapoint,
-                              stacklevel=3)
-        return rows
-
-    def _stray_log_p(self, site):
-        """An observed site outside the plate: its log-density per observation [..., M] (masked terms 0)."""
-        log_p = site["fn"].log_prob(site["value"])
-        if site["mask"] is not None:
-            log_p = torch.where(torch.as_tensor(site["mask"], device=log_p.device), log_p, torch.zeros_like(log_p))
-        return log_p
+    def _device(self, theta):
+        """Where the call's datapoints are: the plate's indices' device (as the data's), else θ's."""
+        if self.indices is not None:
+            return self.indices.device
+        return next((v.device for v in theta.values()), torch.device("cpu"))
 
     def _refuse_hidden_draws(self, u, theta):
         """One line of :class:`GuideError` where two model calls at the same values u [B, size] and ``theta``
@@ -307,25 +245,12 @@ class LocalJoint:
                 continue
             if structure.plate not in [frame.name for frame in site["cond_indep_stack"]]:
                 continue
-            log_p = site["fn"].log_prob(site["value"])  # unscaled: the plate's N/B (and any poutine.scale) left out
-            if site["mask"] is not None:  # a bool or a bool tensor: masked terms count 0, even where -inf
-                log_p = torch.where(torch.as_tensor(site["mask"], device=log_p.device), log_p, torch.zeros_like(log_p))
+            log_p = masked_log_prob(site)  # unscaled: the plate's N/B (and any poutine.scale) left out
             log_p = log_p.reshape((1,) * (nesting - log_p.dim()) + tuple(log_p.shape))
             keep = (0, nesting + structure.dim)  # the draws' dim and the plate's
             others = [d for d in range(nesting) if d not in keep]
             log_p = log_p.sum(others) if others else log_p
             total = total + log_p.expand(draws, batch)
         for name, rows in (self.stray_rows or {}).items():  # observations in a plate of their own: to their row
-            total = total + self._scattered(trace.nodes[name], rows, draws, batch)
+            total = total + scattered(trace.nodes[name], rows, draws, batch, structure.max_plate_nesting + 1)
         return total
-
-    def _scattered(self, site, rows, draws, batch):
-        """An observed site outside the plate, its log-densities summed into the datapoint each observation
-        depends on: [draws, B]."""
-        log_p = self._stray_log_p(site)
-        nesting = self.structure.max_plate_nesting + 1
-        log_p = log_p.reshape((1,) * (nesting - log_p.dim()) + tuple(log_p.shape))
-        per_observation = log_p.reshape(log_p.shape[0], -1).expand(draws, -1)  # [draws, M]
-        keep = rows >= 0
-        out = per_observation.new_zeros(draws, batch)
-        return out.index_add(1, rows[keep].to(out.device), per_observation[:, keep.to(out.device)])

@@ -6,7 +6,8 @@ GPU, where a small model is launch-bound, R seeds cost about one step).
     loss = −Σ_r ELBO_r,   ELBO_r = the single run's ELBO estimate of replica r
 
 Replica r *is* the run of its seed: its parameters are stacked from the guide that seed builds (the guide
-is called with them by ``torch.func.functional_call``; its encoder vmapped over them), its draws (minibatch
+is called with them by ``torch.func.functional_call``; its local factor vmapped over them,
+:meth:`~amortized_pyro.models.guides.StudyGuide.local_factor`), its draws (minibatch
 order, θ, z) come from a generator of its own (:class:`ReplicaStreams`), drawn in the order and shapes the
 single run draws them from the global stream, its gradient is the single run's (the replicas share no
 parameter) and Adam is elementwise. Only float rounding differs (batched matrix products). The pack is
@@ -33,8 +34,8 @@ from amortized_pyro.inference.svi import DeviceTrace_ELBO, make_elbo, make_optim
 from amortized_pyro.inference.training import check_once, epoch_batches
 from amortized_pyro.support.streams import outside_the_stream, rng_states
 
-SUPPORTED = ("every guide but the semi-amortized and iterative (they work on the local ELBO inside the guide), particles = 1, estimator = trace, "
-             "decoder prior normal")
+SUPPORTED = ("every guide but the semi-amortized and iterative (they work on the local ELBO inside the guide), no "
+             "flow, particles = 1, estimator = trace, decoder prior normal")
 
 
 def check_pack(configs):
@@ -49,11 +50,12 @@ def check_pack(configs):
     if first.stop_window:
         raise InvalidSettings("replicas train every seed for the same epochs: early stopping (stop_window) would make "
                               "a replica other than the run of its seed", ["stop_window"])
-    if (first.guide in ("semi-amortized", "iterative") or first.particles != 1 or first.estimator != "trace"
-            or first.decoder_prior != "normal"):
-        raise InvalidSettings("replicas support %s (this run: guide %s, particles %d, estimator %s, decoder prior %s)"
-                              % (SUPPORTED, first.guide, first.particles, first.estimator, first.decoder_prior),
-                              ["guide", "particles", "estimator", "decoder_prior"])
+    if (first.guide in ("semi-amortized", "iterative") or first.flow or first.particles != 1
+            or first.estimator != "trace" or first.decoder_prior != "normal"):
+        raise InvalidSettings("replicas support %s (this run: guide %s, flow %d, particles %d, estimator %s, decoder "
+                              "prior %s)" % (SUPPORTED, first.guide, first.flow, first.particles, first.estimator,
+                                            first.decoder_prior), ["guide", "flow", "particles", "estimator",
+                                                                   "decoder_prior"])
 
 
 class ReplicaStreams(Messenger):

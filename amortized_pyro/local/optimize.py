@@ -143,7 +143,8 @@ def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, genera
     place after each step. ``differentiable``: they are non-leaf tensors and every step stays on the autograd
     graph (gradients taken with ``create_graph``), so that what they end at can be differentiated with
     respect to where they started. ``smooth``: Adam's steps are :class:`SmoothAdam`'s with ε = lr (unrolled
-    refinement, in training and in evaluation alike), else torch's Adam."""
+    refinement, in training and in evaluation alike), else torch's Adam. Yields, after each step, whether the local
+    ELBO of some datapoint was finite in every span of draws, a device bool (no host sync)."""
     tensors = [loc, log_scale]
     if optimizer == "sgd-momentum":
         stepper = ClippedMomentum(tensors, lr, differentiable=differentiable)
@@ -154,14 +155,14 @@ def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, genera
     noise = noise_of(theta, generator)
     # the model's argument checks off inside the steps (the ELBO around them keeps Pyro's validation): a datapoint
     # whose draws the model refuses (a library size of e^90 overflowing a rate) gets no gradient from that step
-    # (its optimizer's momentum alone moves it), the others step on; every datapoint refused is one error
+    # (its optimizer's momentum alone moves it), the others step on; a step that refuses every datapoint is said
+    # by the caller, once after the steps (:func:`refine`)
     with torch.enable_grad(), pyro.validation_enabled(False):
         while True:
-            grads = None
+            grads, some_finite = None, []  # per span of draws
             for part in _objective(log_joint, x, loc, log_scale, theta, draws, noise, False, chunk):
                 finite = torch.isfinite(part)
-                if not finite.any():
-                    raise ValueError("the local ELBO of no datapoint is finite, but found invalid values")
+                some_finite.append(finite.any())
                 # one backward pass per span of draws: memory bounded by the chunk
                 part_grads = torch.autograd.grad(-part.where(finite, 0.0).sum(), tensors,
                                                  create_graph=differentiable)
@@ -169,7 +170,7 @@ def _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, genera
             for tensor, grad in zip(tensors, grads):
                 tensor.grad = grad.nan_to_num(0.0, 0.0, 0.0)  # a refused datapoint's row: no step
             stepper.step()
-            yield
+            yield torch.stack(some_finite).all()
 
 
 def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=None, unrolled=False, chunk=CHUNK,
@@ -179,15 +180,17 @@ def refine(log_joint, x, loc, log_scale, theta, lr, steps, draws=1, generator=No
     semi-amortized guide, the gap's refinement rows); returns (loc, log σ), detached, or, ``unrolled`` and
     where (loc, log σ) carry gradients, still on the graph through every step (Kim et al. 2018's
     semi-amortized training). Unrolled Adam steps are :class:`SmoothAdam`'s with ε = lr, with or without
-    the graph, so that an unrolled SA-VI guide refines alike when trained and when evaluated."""
+    the graph, so that an unrolled SA-VI guide refines alike when trained and when evaluated. A ValueError, after
+    the steps (one host sync), where at some step the local ELBO of no datapoint was finite."""
     graph = unrolled and torch.is_grad_enabled() and (loc.requires_grad or log_scale.requires_grad)
     if graph:
         loc, log_scale = loc.clone(), log_scale.clone()
     else:
         loc, log_scale = loc.detach().clone().requires_grad_(), log_scale.detach().clone().requires_grad_()
-    for _ in zip(range(steps), _steps_on_local_elbos(log_joint, x, loc, log_scale, theta, lr, draws, generator,
-                                                     graph, unrolled, chunk, optimizer)):
-        pass
+    some_finite = [some for _, some in zip(range(steps), _steps_on_local_elbos(
+        log_joint, x, loc, log_scale, theta, lr, draws, generator, graph, unrolled, chunk, optimizer))]
+    if some_finite and not torch.stack(some_finite).all():
+        raise ValueError("the local ELBO of no datapoint is finite, but found invalid values")
     return (loc, log_scale) if graph else (loc.detach(), log_scale.detach())
 
 

@@ -10,14 +10,14 @@ q(z_n), each a guide builder of :mod:`amortized_pyro.autoguides` built on the mo
         per-datapoint   free parameters μ_n, σ_n       (F-VI, N × z_dim each)
         shared          one μ, σ for every n           (constant-VI)
 
-q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.QThetaNormal`, flat vectors for
-speed); the warm-up's ``kl_scale``, the studies' objective and the free factors' random start are what
-:class:`StudyGuide` adds to the builders; ``local_terms="all"`` (every image's z each step, as the authors' code) their plate ``latents``. The
-per-datapoint and shared factors start at the prior (μ = 0, σ = 1; ``qz_init="prior"``) or where the
-studies' code starts them (``qz_init="random"``), drawn from a generator seeded with the run's seed. The
-encoder (``encoder_layers`` hidden layers of width k) starts with PyTorch's default Linear initialisation,
-from the global stream. A guide's ``state_dict`` holds all its parameters (``q_theta.loc``,
-``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or ``q_z.encoder.*``).
+q(θ) is the builders' global part (:class:`~amortized_pyro.models.q_theta.QThetaNormal`, flat vectors for speed);
+the warm-up's ``kl_scale``, the studies' objective, the free factors' random start and each replica's factor in a
+pack of seeds are what :class:`StudyGuide` adds to the builders; ``local_terms="all"`` (every image's z each step,
+as the authors' code) their plate ``latents``. The per-datapoint and shared factors start at the prior
+(μ = 0, σ = 1; ``qz_init="prior"``) or where the studies' code starts them (``qz_init="random"``), drawn from a
+generator seeded with the run's seed. The encoder (``encoder_layers`` hidden layers of width k) starts with
+PyTorch's default Linear initialisation, from the global stream. A guide's ``state_dict`` holds all its parameters
+(``q_theta.loc``, ``q_theta.log_scale``, and ``q_z.loc``/``q_z.log_scale`` or ``q_z.encoder.*``).
 """
 import contextlib
 import re
@@ -26,10 +26,12 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
 import pyro
 
-from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS
+from amortized_pyro.autoguides.encoders import ENCODERS
+from amortized_pyro.autoguides.factors import FREE_INITS
 from amortized_pyro.autoguides.families import AutoAmortizedNormal, AutoPerDatapointNormal, AutoSharedNormal
 from amortized_pyro.autoguides.refining import AutoIterativeAmortizedNormal, AutoSemiAmortizedNormal
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
@@ -138,6 +140,22 @@ class StudyGuide(LocalModule):
     def _indices(self, plates, args, kwargs):
         return _minibatch(*args, **kwargs) if self.minibatch_indices else super()._indices(plates, args, kwargs)
 
+    def local_factor(self, indices, args, kwargs, theta):
+        """The family's factor; in a pack of seeds (the model's idx [R, B]: :mod:`amortized_pyro.inference.replicas`
+        calls the guide with every parameter stacked over R replicas in front), replica r's factor (μ, σ)
+        [R, B, size] by its parameters, of its own data and datapoints ``indices[r]`` (or the ``indices`` [B] all
+        share), one call vmapped over the replicas: each replica computes what its single run computes."""
+        dims = _replica_dims(*args, **kwargs)
+        if dims is None:
+            return super().local_factor(indices, args, kwargs, theta)
+        factor = self.q_z
+
+        def replica(params, indices, *args):
+            x = self.encoder_data(indices, args, kwargs) if isinstance(self, AutoAmortizedNormal) else None
+            return functional_call(factor, params, (x, indices))
+        return vmap(replica, in_dims=(0, 0 if indices.dim() > 1 else None) + dims)(
+            dict(factor.named_parameters()), indices, *args)
+
     def free_start(self):
         return self.qz_init, self.qz_seed
 
@@ -186,6 +204,12 @@ def _minibatch(x, idx, kl_scale=None, x_all=None):
     return idx  # [B], or [R, B] for a pack of seeds, whose plate holds positions (model.data_plate)
 
 
+def _replica_dims(x, idx, kl_scale=None, x_all=None):
+    if idx is None or idx.dim() == 1:
+        return None  # one run's call
+    return 0, 0, None, None if x_all is None else 0  # a pack's: images [R, B, ...], idx [R, B], x_all [R, N, ...]
+
+
 def _minibatch_plate(n_obs, x, idx, kl_scale=None, x_all=None):
     return data_plate(n_obs, idx)
 
@@ -225,7 +249,7 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     hand-written local log joint),
     ``iterations`` the iterative guide's T (its update network as wide and deep as the encoder), ``flow`` K
     flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
-    ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.factors.ENCODERS`:
+    ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.encoders.ENCODERS`:
     ``mlp`` or ``conv``, on the model's ``image_shape``; a conditional model's encoder reads [x, one-hot(c)], or x
     alone with ``encoder_label=False``). A FitConfig checks these values before a run; here only what would
     otherwise fail obscurely is refused."""
@@ -245,7 +269,7 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
         if model.n_classes and not encoder_label:  # q(z | x): the rows' images alone
             body = nn.Sequential(ImagesOnly(model.x_dim), body)
         options.update(encoder=body,
-                       head_init="torch", standardize=False,  # the studies' start (and their capacity sweeps')
+                       head_init="torch", standardize=False, scale_link="exp",  # the studies' start (and their capacity sweeps')
                        encoder_input=_every_image if every else _minibatch_images)
     if family == "semi-amortized":
         # a bound method: this guide's pickle carries the model (small, parameter-free), unlike Pyro's autoguides

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from amortized_pyro.autoguides.factors import LEAKY_SLOPE  # the package's one LeakyReLU slope (the studies' 0.2)
+from amortized_pyro.autoguides.encoders import LEAKY_SLOPE  # the package's one LeakyReLU slope (the studies' 0.2)
 from amortized_pyro.errors import AmortizedPyroError
 
 

@@ -16,7 +16,8 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from amortized_pyro.autoguides.factors import ENCODERS, FREE_INITS, REFINE_GRADS
+from amortized_pyro.autoguides.encoders import ENCODERS
+from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
 from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
