@@ -240,15 +240,16 @@ def test_an_encoder_without_its_data_says_so():
 
 def test_a_given_plate_that_is_not_the_models_is_refused():
     """create_plates of another size than the model's plate (the silently mis-scaled ELBO of issue 59): refused
-    under Pyro's validation, in one line; an AutoGuideList without create_plates on data of a new size too."""
+    in one line, with Pyro's validation or without (issue 68, item 8: one read, one path); an AutoGuideList
+    without create_plates on data of a new size too."""
     guide = AutoAmortizedNormal(subsampled, width=8, create_plates=lambda x, idx, n: pyro.plate("data", 2 * n,
                                                                                                 subsample=idx))
     x = data(B, 1)
     with pytest.raises(GuideError, match="guide's plate 'data' \\(size 16, 8 datapoints\\) is not the "
                                          "model's at its site 'z' \\(size 8, 8 datapoints, dim -1\\)"):
         guide(x, torch.arange(B), B)
-    with pyro.validation_enabled(False):
-        guide(x, torch.arange(B), B)  # the user's plates, unchecked: as Pyro's autoguides take them
+    with pyro.validation_enabled(False), pytest.raises(GuideError, match="guide's plate 'data' \\(size 16"):
+        guide(x, torch.arange(B), B)  # unchecked before, as Pyro's autoguides take the user's plates
 
     def with_global(x):
         sigma = pyro.sample("sigma", dist.LogNormal(0.0, 0.3))

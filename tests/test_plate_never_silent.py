@@ -269,9 +269,9 @@ def test_a_guide_list_that_draws_its_own_rows_is_refused_in_one_line(validating)
 
 
 @pytest.mark.parametrize("layout", ["create_plates", "AutoGuideList"])
-def test_given_indices_that_are_not_the_models_are_refused_in_one_line(layout):
+def test_given_indices_that_are_not_the_models_are_refused_in_one_line(layout, validating):
     """A create_plates (the builder's or the list's) whose plate takes other rows than the model's: refused
-    under Pyro's validation."""
+    whatever Pyro's validation flag (without it the rows were served unchecked before: issue 68, item 8)."""
     other = lambda x, idx: pyro.plate("data", N, subsample=torch.arange(B))  # noqa: E731
     guide = per_datapoint_list(other) if layout == "AutoGuideList" else AutoPerDatapointNormal(indexed,
                                                                                                 create_plates=other)

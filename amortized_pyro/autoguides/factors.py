@@ -2,7 +2,7 @@
 → (μ, σ) [B, size] for the datapoints ``idx`` with data ``x`` [B, ...]. The guide builders (:mod:`.families`)
 size them from a model's trace; the package's own guides are those builders.
 
-    AmortizedFactor       (μ_n, log σ_n) = heads(body(x_n))                        A-VI
+    AmortizedFactor       (μ_n, link⁻¹ σ_n) = heads(body(x_n))                     A-VI
     SemiAmortizedFactor   the amortized factor refined by Adam on the local ELBO   SA-VI (Kim et al. 2018)
     IterativeFactor       the amortized factor updated T times by a network of     iterative amortized inference
                           the local ELBO's gradient                                (Marino et al. 2018)

@@ -2,7 +2,7 @@
 modules of :mod:`.factors` (an encoder's: :mod:`.encoders`), sized from the model's trace (the two that work on
 the local ELBO inside the guide, SA-VI and IA-VI, are in :mod:`.refining`):
 
-    AutoAmortizedNormal       (μ_n, log σ_n) = heads(encoder(x_n))                           A-VI
+    AutoAmortizedNormal       (μ_n, link⁻¹ σ_n) = heads(encoder(x_n))                        A-VI
     AutoSemiAmortizedNormal   the amortized factor refined by Adam steps on the local ELBO   SA-VI (Kim et al. 2018)
     AutoIterativeAmortizedNormal  the amortized factor updated by a network of the local     iterative amortized
                               ELBO's gradient, T times                                       inference (Marino et al.)
@@ -79,7 +79,8 @@ class AutoSharedNormal(_FreeFactors):
 
 
 class AutoAmortizedNormal(AutoLocalGuide):
-    """A-VI: (μ_n, log σ_n) = (W_μ h_n + b_μ, W_σ h_n + b_σ), h_n = encoder(x_n), with one pair of linear
+    """A-VI: (μ_n, σ_n) = (W_μ h_n + b_μ, link(W_σ h_n + b_σ)), h_n = encoder(x_n), link softplus or exp
+    (``scale_link``), with one pair of linear
     heads for all local sites (sized by the flat unconstrained layout).
 
     :param callable model: as :class:`~amortized_pyro.autoguides.base.AutoLocalGuide`.

@@ -50,9 +50,15 @@ class FollowsModel:
 
     def keeps_model(self):
         """Whether the guide needs its model after pickling: to read the model's plate at each call (no
-        ``create_plates``) or its scales (a model that scales its sites); a family may need it for more (SA-VI,
-        IA-VI: their local ELBO)."""
-        return self._user_plates is None or self._scaled_model
+        ``create_plates``, or a given plate checked: :meth:`checks_given_plate`) or its scales (a model that scales
+        its sites); a family may need it for more (SA-VI, IA-VI: their local ELBO)."""
+        return self._user_plates is None or self._scaled_model or self.checks_given_plate()
+
+    def checks_given_plate(self):
+        """Whether a data plate given by ``create_plates`` (the guide's or an AutoGuideList's) is checked against
+        the model's at each call, whatever Pyro's validation flag: True (a hook: the package's studies, whose plate
+        is the model's own by construction, check theirs under validation only and skip the read)."""
+        return True
 
     def _create_plates(self, *args, **kwargs):
         if self.master is not None:  # a part of an AutoGuideList: its plates (Pyro's protocol)
@@ -96,9 +102,9 @@ class FollowsModel:
 
     def _follow(self, given, always, args, kwargs, fix):
         """A given data plate checked against the model's (its size, dim and datapoints, :meth:`.ModelPlate.check`)
-        ``always`` or under Pyro's validation, the model's scales read then and wherever the model scaled its latent
-        sites at the prototype; else the guide's sites take their plates' scales alone (no read)."""
-        checking, known = always or is_validation_enabled(), self.known_scales(*args, **kwargs)
+        ``always`` or where :meth:`checks_given_plate`, the model's scales read then and wherever the model scaled
+        its latent sites at the prototype; else the guide's sites take their plates' scales alone (no read)."""
+        checking, known = always or self.checks_given_plate(), self.known_scales(*args, **kwargs)
         self.call_scales = (1.0, 1.0) if known is None else known
         if checking or (self._scaled_model and known is None):
             read = self._read_plate(args, kwargs)

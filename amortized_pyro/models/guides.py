@@ -29,6 +29,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 import pyro
+from pyro.poutine.util import is_validation_enabled
 
 from amortized_pyro.autoguides.encoders import ENCODERS
 from amortized_pyro.autoguides.factors import FREE_INITS
@@ -136,6 +137,11 @@ class StudyGuide(LocalModule):
         train without Pyro's validation, their plate given, and build their guides by a call without a warm-up."""
         beta = _warmup_scale(*args, **kwargs)
         return None if beta is None else (beta, beta)
+
+    def checks_given_plate(self):
+        """The studies' plate is the model's own (its ``data_plate`` of the call's ``idx``, or its ``latents``
+        plate): checked under Pyro's validation only, which the studies train without (no read per step)."""
+        return is_validation_enabled()
 
     def _indices(self, plates, args, kwargs):
         return _minibatch(*args, **kwargs) if self.minibatch_indices else super()._indices(plates, args, kwargs)
