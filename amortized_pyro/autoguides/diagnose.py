@@ -29,9 +29,9 @@ import torch
 
 from pyro import poutine
 
-from amortized_pyro.autoguides.gap import REFINE_SEED, guide_factor, local_posterior
+from amortized_pyro.autoguides.gap import REFINE_SEED, checked_steps, guide_factor, local_posterior
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
-from amortized_pyro.autoguides.options import count
+from amortized_pyro.autoguides.options import count, positive
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.diagnostics import KHAT_DRAWS, grade, pareto_khat, ranks, uniformity, usable_below
 from amortized_pyro.local.estimates import CHUNK, all_log_weights
@@ -99,6 +99,10 @@ def importance_diagnostics(model, guide, *args, samples=1000, theta_draws=4, the
     """
     count("samples", samples, KHAT_DRAWS)
     count("theta_draws", theta_draws, 1)
+    count("chunk", chunk, 1)
+    refine_steps = checked_steps(refine_steps)
+    if refine_steps:
+        positive("refine_lr", refine_lr)
     built_guide(guide, args, kwargs, "importance_diagnostics")
     if refine_steps or q_star:
         guide.check_gaussian("k̂ of refined factors and of q*")

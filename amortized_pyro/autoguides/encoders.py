@@ -139,6 +139,9 @@ class Encoder(nn.Module):
             head.weight.mul_((spread / rms).clamp(max=1.0).nan_to_num(1.0).unsqueeze(-1))
             head.bias.copy_(torch.as_tensor(target).to(head.bias) - (features @ head.weight.T).mean(0))
 
-    def forward(self, x):
-        h = self.body(x)
+    def heads(self, h):
+        """(μ, σ) of features ``h``."""
         return self.loc(h), SCALE_LINKS[self.link][0](self.log_scale(h))
+
+    def forward(self, x):
+        return self.heads(self.body(x))

@@ -149,9 +149,9 @@ class IterativeFactor(AmortizedFactor):
         """(μ_T, σ_T, Σ_t L_n(λ_t) for t < T or None): [B, size] twice and [B], or led by ``particles`` (θ's
         values then carry a leading dimension of that size); the objectives only where gradients are on."""
         h = self.encoder.body(x)
+        if not self.iterations or theta is None:  # the amortized factor itself (σ not through log and back)
+            return (*self.encoder.heads(h), None)
         loc, log_scale = self.encoder.loc(h), self.encoder.log_scale_of(h)
-        if not self.iterations or theta is None:
-            return loc, log_scale.exp(), None
         if particles > 1:
             loc, log_scale, h = (t.expand((particles,) + t.shape) for t in (loc, log_scale, h))
         theta = held(theta)

@@ -21,6 +21,7 @@ gaps are those of the pushforward factors q(z_n), since the Jacobian is part of 
 without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
 """
 import math
+import numbers
 import warnings
 from contextlib import contextmanager, nullcontext
 
@@ -31,10 +32,39 @@ from pyro.infer.autoguide import AutoGuideList
 
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.autoguides.masking import MaskedJoint
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import GuideError
 from amortized_pyro.local.gaps import GapSettings, global_draws, measure_factors, selection_draws
+from amortized_pyro.settings import INT64_MAX
 
 REFINE_SEED = 0  # an SA-VI or IA-VI guide refines its factor with z draws of this seed: a measurement the same every time
+
+
+def checked_settings(settings):
+    """``settings`` (a :class:`GapSettings`; None: the defaults), checked; anything else refused in one line."""
+    if settings is not None and not isinstance(settings, GapSettings):
+        raise GuideError("settings must be a GapSettings, got %s" % type(settings).__name__)
+    return (settings or GapSettings()).check()
+
+
+def checked_steps(refine_steps, name="refine_steps"):
+    """``refine_steps`` as a list of whole numbers >= 0 (the command line's --refine-steps), or one line of
+    :class:`GuideError`: a step count of -1 was measured as a refinement row, 2.5 and a bare 5 ended in Python's
+    own TypeError (issue 71)."""
+    if isinstance(refine_steps, (str, bytes)) or not hasattr(refine_steps, "__iter__"):
+        raise GuideError("%s must be a list of whole numbers >= 0, got %r" % (name, refine_steps))
+    steps = list(refine_steps)
+    if any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in steps):
+        raise GuideError("%s must be whole numbers >= 0, got %r" % (name, steps))
+    return [int(k) for k in steps]
+
+
+def checked_seed(seed):
+    """``seed`` (None: the settings' own), a whole number in [0, int64's largest] (torch's generators overflow
+    beyond), or one line of :class:`GuideError`."""
+    if seed is not None and count("seed", seed, 0) > INT64_MAX:
+        raise GuideError("seed must be at most %d (int64), got %d" % (INT64_MAX, seed))
+    return seed
 
 
 class TracedPosterior:
@@ -136,7 +166,7 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors` (summaries "mean", "stderr" over the
         datapoints, and ``per_image`` values), with the posterior's extras.
     """
-    settings = (settings or GapSettings()).check()
+    settings, refine_steps, seed = checked_settings(settings), checked_steps(refine_steps), checked_seed(seed)
     check_draws(draws)
     if not hasattr(guide, "structure"):  # a hand-written guide, Pyro's AutoGuideList: no factor to start q* from
         why = ("the gap of a part of an AutoGuideList would need the other parts' sites held at their draws, which "

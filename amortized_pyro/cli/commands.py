@@ -21,6 +21,7 @@ from amortized_pyro.cli.gap_commands import GAP_COMMANDS
 from amortized_pyro.cli.options import FiniteFloat, config_file_option, given, option_name, settings_options
 from amortized_pyro.errors import AmortizedPyroError, FixedSettings, Interrupted, InvalidSettings
 from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.settings import INT64_MAX
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.report.tables import summary_text
 from amortized_pyro.runs.config import FitConfig, check_applicable, check_stop_gain, check_values
@@ -218,10 +219,11 @@ MAX_GRID = 100  # rows and columns of the sample command's grid (issue 71: 100,0
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
 @click.option("--per-class", default=8, show_default=True, type=click.IntRange(min=1, max=MAX_GRID),
               help="Draws of z per row: per class for a conditional run, per row for an unconditional one (at most "
-                   "%d: a grid of 100 × 100 images is about 7,800 × 7,800 pixels)." % MAX_GRID)
+                   "%d: a grid of 100 × 100 images of 28 × 28 pixels is a PNG of about 3,000 × 3,000)." % MAX_GRID)
 @click.option("--rows", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_GRID),
               help="Rows of independent draws for an unconditional run (a conditional run has one per class).")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the z draws.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0, max=INT64_MAX),
+              help="Seed of the z draws.")
 @click.option("--same-z", is_flag=True, help="A conditional run's analogies: each column one draw of z's noise, "
               "shared by every class's row (the same style in each class).")
 @click.option("--out", type=OutPath(dir_okay=False), default=None,

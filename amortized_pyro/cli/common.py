@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from dataclasses import fields
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def friendly_errors(command):
     def wrapper(*args, **kwargs):
         code, mark = 1, writes()
         try:
-            return command(*args, **kwargs)
+            with one_line_warnings():
+                return command(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own: usage errors (exit 2) and exits
         except KeyboardInterrupt:
@@ -63,6 +65,23 @@ def friendly_errors(command):
         click.echo("Error: %s" % message, err=True)
         sys.exit(code)
     return wrapper
+
+
+@contextlib.contextmanager
+def one_line_warnings():
+    """While it lasts, the package's own warnings (a gap q* never measured, a model run one draw at a time) are
+    printed as one line, ``warning: …``, not as Python's two (the category, then a line of our source: issue 71);
+    other libraries' warnings as Python prints them."""
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if category.__module__.startswith("amortized_pyro."):
+                click.echo("warning: %s" % message, err=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+        warnings.showwarning = show
+        yield
 
 
 PROG = "python -m amortized_pyro"
@@ -219,10 +238,10 @@ def repeated(values):
     return None
 
 
-def comma_separated(low=None, required=False, kind=int, check=None):
+def comma_separated(low=None, required=False, kind=int, check=None, high=None):
     """A click callback reading comma-separated values of ``kind`` (whole numbers by default), each >= ``low``
-    where given, at least one where ``required``, none twice, and the list passed to ``check`` (which
-    returns it or raises AmortizedPyroError, e.g. FitConfig's rules for a grid's values)."""
+    and <= ``high`` where given, at least one where ``required``, none twice, and the list passed to ``check``
+    (which returns it or raises AmortizedPyroError, e.g. FitConfig's rules for a grid's values)."""
     noun = {int: "whole numbers", float: "numbers"}.get(kind, "values")
 
     def read(ctx, param, value):
@@ -234,6 +253,8 @@ def comma_separated(low=None, required=False, kind=int, check=None):
             raise click.BadParameter("give at least one value")
         if low is not None and any(not v >= low for v in values):
             raise click.BadParameter("expected %s >= %s, got %r" % (noun, low, value))
+        if high is not None and any(v > high for v in values):
+            raise click.BadParameter("expected %s of at most %s, got %r" % (noun, high, value))
         twice = repeated(values)
         if twice is not None:
             raise click.BadParameter("%s is given twice in %r" % (twice, value))

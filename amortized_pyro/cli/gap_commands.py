@@ -15,6 +15,7 @@ from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.capacity import sweep
 from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.local.gaps import GapSettings
+from amortized_pyro.settings import INT64_MAX
 from amortized_pyro.report.tables import format_capacity, format_gap, format_reports
 from amortized_pyro.runs.fit import check_finished, finished_run
 from amortized_pyro.runs.layout import capacity_dir, gap_report_path
@@ -83,7 +84,8 @@ def gap_report_command(folder):
 @click.option("--layers", "--depths", "layers", default="1,2,3", show_default=True,
               callback=comma_separated(1, required=True),
               help="Comma-separated numbers of hidden layers (--depths: its former name).")
-@click.option("--seeds", default="0,1,2", show_default=True, callback=comma_separated(0, required=True),
+@click.option("--seeds", default="0,1,2", show_default=True,
+              callback=comma_separated(0, required=True, high=INT64_MAX),
               help="Comma-separated seeds of the encoders' initialisation and training draws.")
 @n_images_option(100, "The gaps on N training and N test images drawn at random by the gap seed (--seed plus "
                       "the encoder's seed).")
@@ -217,7 +219,7 @@ def held_out_command(run_dirs, widths, subsets, regularized_widths, weight_decay
               help="Images simulated from the fitted model for the calibration check (0: none).")
 @click.option("--sbc-draws", default=99, show_default=True, type=click.IntRange(min=1),
               help="Draws of q(z|x) each simulated image's true z is ranked among.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0, max=INT64_MAX),
               help="Seeds the images and every draw (plus the run's training seed).")
 @device_option
 @click.option("--out", "out_dir", type=OutPath(file_okay=False), default=None,

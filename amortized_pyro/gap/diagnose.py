@@ -8,8 +8,11 @@ import time
 import torch
 
 from amortized_pyro.autoguides.diagnose import importance_diagnostics, local_sbc, reading
+from amortized_pyro.autoguides.gap import checked_seed, checked_steps
+from amortized_pyro.autoguides.options import count, positive
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.measure import gap_images
+from amortized_pyro.local.diagnostics import KHAT_DRAWS
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.conditional import model_data
 from amortized_pyro.runs.fit import finished_run
@@ -24,7 +27,16 @@ def diagnose_run(run_dir, n_images=20, seed=0, samples=1000, theta_draws=4, simu
     """The run's diagnostics: per split, ``n_images`` images drawn by the gap seed (``seed`` plus the run's
     training seed: ``gap``'s images for the same seed), k̂ and the log weights' summaries of the guide's factor
     and of each refined one (``refine_steps``) and, with ``q_star``, of q*; then ``simulations`` simulated images' ranks (not for a
-    per-datapoint guide, which has no factor for them). Returns the report's dict (``diagnose.json``)."""
+    per-datapoint guide, which has no factor for them). Returns the report's dict (``diagnose.json``).
+    Every argument is checked before the run is read."""
+    for name, value, low in (("n_images", n_images, 1), ("samples", samples, KHAT_DRAWS),
+                             ("theta_draws", theta_draws, 1), ("simulations", simulations, 0),
+                             ("sbc_draws", sbc_draws, 1)):
+        count(name, value, low)
+    checked_seed(seed)
+    refine_steps = checked_steps(refine_steps)
+    if refine_steps:
+        positive("refine_lr", refine_lr)
     log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
     data = model_data(result.model, data)

@@ -3,17 +3,16 @@ posterior: :class:`~amortized_pyro.models.local_posterior.ModelPosterior`): whic
 the gap seed), a fresh guide's local ELBO on a report's draws (:func:`guide_elbos`), and the report of one run and
 split (:func:`measure_run`, what the ``gap`` command writes).
 """
-import numbers
 import time
 
 import torch
 
 import pyro
 
-from amortized_pyro.autoguides.gap import guide_factor, measure_gap, theta_draws
+from amortized_pyro.autoguides.gap import checked_settings, checked_steps, guide_factor, measure_gap, theta_draws
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.local.estimates import local_elbo
-from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.local.optimize import refine
 from amortized_pyro.models.conditional import model_data
 from amortized_pyro.models.local_posterior import ModelPosterior
@@ -43,7 +42,7 @@ def guide_elbos(model, guide, x, idx=None, settings=None, seed=None, refine_step
     gap with common random numbers (another encoder on a run's frozen q(θ), say), and the same after each of
     ``refine_steps`` Adam steps from it (the report's refinement rows; ``optimizer`` and ``lr``: the steps',
     default Adam at ``settings.refine_lr``): ({"guide": [n], k: [n], ...}, {k: seconds of the k steps})."""
-    settings = (settings or GapSettings()).check()
+    settings = checked_settings(settings)
     guide.check_gaussian("the guide's local ELBO")
     posterior = ModelPosterior(model, guide, x, idx)
     fit, score = theta_draws(posterior, guide, settings, seed, selection=False)
@@ -82,11 +81,10 @@ def measure_run(run_dir, split="test", n_images=100, settings=None, refine_steps
     at random (without replacement) by the gap seed: ``settings.seed`` plus the run's training seed, or
     ``settings.seed`` alone where ``settings.paired``. The report names the run, the split, the settings,
     the gap seed and the images' indices (see the ``gap`` command)."""
-    settings = (settings or GapSettings()).check()
+    settings, refine_steps = checked_settings(settings), checked_steps(refine_steps)
     if split not in SPLITS:
         raise AmortizedPyroError("split must be one of %s, got %r" % (", ".join(SPLITS), split))
-    if isinstance(n_images, bool) or not isinstance(n_images, numbers.Integral) or n_images < 1:
-        raise AmortizedPyroError("n_images must be a whole number >= 1, got %r" % (n_images,))
+    count("n_images", n_images, 1)
     log("loading the run %s and its images" % run_dir)
     result, data = finished_run(run_dir, device, log)
     data = model_data(result.model, data)

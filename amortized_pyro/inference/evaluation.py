@@ -17,10 +17,26 @@ import math
 import torch
 
 from amortized_pyro.autoguides.gap import REFINE_SEED
+from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.conditional import model_data
 
 EVAL_BATCH = 10000
 MSE_KEYS = ("train_plugin_mse", "test_plugin_mse", "train_predictive_mse", "test_predictive_mse")
+
+
+def checked_rows(model, x):
+    """``x`` where it is a tensor [n, width] of ``model``'s rows (its images, a conditional model's with their
+    one-hot labels); other images are refused in one line (torch's "mat1 and mat2 shapes cannot be multiplied"
+    before, issue 71). A model of another kind (no ``x_dim``) takes ``x`` as it is."""
+    width = getattr(model, "x_dim", None)
+    if width is None:
+        return x
+    width += getattr(model, "n_classes", 0) or 0
+    if not torch.is_tensor(x) or x.dim() != 2 or x.shape[1] != width:
+        raise AmortizedPyroError("x must be a tensor of rows of %d numbers (this model's images%s), got %s" % (
+            width, ", each with its one-hot label" if width != model.x_dim else "",
+            "shape [%s]" % ", ".join(map(str, x.shape)) if torch.is_tensor(x) else type(x).__name__))
+    return x
 
 
 @torch.no_grad()
@@ -29,6 +45,7 @@ def factor(guide, x, idx=None, theta=None):
     family has no factor for them (per-datapoint on images it was not trained on). SA-VI refines at ``theta``
     (a θ or a list of θ over which its local ELBO is averaged; default E_q[θ]) with draws from a generator of
     its own, so that an evaluation is the same every time."""
+    checked_rows(getattr(guide, "model", None), x)
     if idx is None:
         if not guide.can_infer_unseen:
             return None
@@ -50,7 +67,7 @@ def reconstruct(model, guide, x, idx=None):
     model's rows [x, one-hot(c)]: :meth:`~amortized_pyro.models.decoder.BayesianDecoderModel.inputs`; idx: their
     training indices, needed by per-datapoint); for a flow guide z is the flow's image f(μ) of the Gaussian's
     mean, not E_q[z]. Returns None where the guide has no q(z) for these images, or there are none."""
-    if x.shape[0] == 0:
+    if checked_rows(model, x).shape[0] == 0:
         return None
     theta = guide.global_mean()
     chunks = []

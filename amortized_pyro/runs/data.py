@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.networks import default_image_shape
 from amortized_pyro.runs.formats import (CIFAR_FOLDER, SVHN_FILES, joined, read_array_file, read_cifar_folder,
@@ -189,6 +190,15 @@ def pick_subsets(pool, n_obs, n_test, seed, log):
     return pool.train[rows], pool.test[test_rows], take(pool.train_labels, rows), take(pool.test_labels, test_rows)
 
 
+def checked_data(data):
+    """``data`` where it is a :class:`Data`; a dataset's name or an array is refused in one line (an AttributeError
+    at its first use before, issue 71)."""
+    if not isinstance(data, Data):
+        raise AmortizedPyroError("data must be a Data (load_data(...)), got %s: a dataset's name is the dataset= "
+                                 "setting" % type(data).__name__)
+    return data
+
+
 def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0, download=True, log=print,
               binarize=False, allow_sample=True, grayscale=False):
     """Load ``dataset`` (mnist | fashion-mnist | cifar10 | svhn | mnist-sample | a folder of IDX files, of
@@ -200,8 +210,11 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
     to the shipped sample (the first 3,000 images of the real MNIST test set, named ``mnist-sample``), where
     ``allow_sample``; otherwise that is an error.
     """
-    if n_obs < 1 or n_test < 0:
-        raise AmortizedPyroError("need n_obs >= 1 and n_test >= 0, got %d and %d" % (n_obs, n_test))
+    n_obs, n_test, seed = count("n_obs", n_obs, 1), count("n_test", n_test, 0), count("seed", seed, 0)
+    for name, value in (("download", download), ("binarize", binarize), ("allow_sample", allow_sample),
+                        ("grayscale", grayscale)):
+        if not isinstance(value, bool):  # binarize="yes" was taken as True (issue 71)
+            raise AmortizedPyroError("%s must be True or False, got %r" % (name, value))
     if dataset in NAMED:
         try:
             pool = read_torchvision(dataset, data_dir, download)

@@ -14,12 +14,14 @@ import torch
 
 import pyro
 
+from amortized_pyro.autoguides.options import count
 from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings
 from amortized_pyro.inference.evaluation import MSE_KEYS, evaluate, mean_image_mse
 from amortized_pyro.inference.training import SingleRun, TrainingState, train
 from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.config import FitConfig, check_stop_gain, parse_every
+from amortized_pyro.runs.data import checked_data
 from amortized_pyro.runs.images import data_info, prepare_data, run_data
 from amortized_pyro.runs.summary_text import format_fit
 from amortized_pyro.runs.store import (RunWriter, describe, load_guide_state, read_checkpoint, read_info, read_run,
@@ -67,8 +69,9 @@ class FitResult:
     def evaluate(self, data, predictive_draws=0, seed=0):
         """The plug-in (and predictive) MSEs of this run on ``data``, the predictive draws from a generator
         seeded with ``seed`` (see :func:`~amortized_pyro.inference.evaluation.evaluate`)."""
-        data = data.to(torch.device(self.device))
-        generator = torch.Generator(data.train.device).manual_seed(seed)
+        count("predictive_draws", predictive_draws, 0)
+        data = checked_data(data).to(torch.device(self.device))
+        generator = torch.Generator(data.train.device).manual_seed(count("seed", seed, 0))
         return evaluate(self.model, self.guide, data, predictive_draws, generator)
 
     @property
@@ -91,6 +94,11 @@ def fit(config=None, data=None, out=None, progress=True, log=print, overwrite=Fa
     :class:`~amortized_pyro.runs.data.Data` (else loaded from ``config.dataset``), ``out`` an optional run
     directory, which must not hold a run unless ``overwrite``; without ``out`` nothing is written.
     """
+    if config is not None and not isinstance(config, FitConfig):
+        raise AmortizedPyroError("config must be a FitConfig (or None: settings by keyword), got %s"
+                                 % type(config).__name__)
+    if out is not None and not str(out).strip():  # wrote nothing, without a word (the CLI refuses it)
+        raise AmortizedPyroError("out must name a folder for the run (None: nothing is written), got %r" % (out,))
     config = replace(config or FitConfig(), **overrides).check()
     device = checked_device(config)
     data = prepare_data(config, data, log)
@@ -117,6 +125,10 @@ def resume(path, data=None, progress=True, log=print, **changes):
     A finished run given more ``epochs`` is extended from its final checkpoint; otherwise it is loaded and
     returned as it is. Nothing in ``path`` changes before everything the resume needs was read
     (:meth:`TrainingRun.start`)."""
+    unknown = sorted(set(changes) - set(FitConfig.__dataclass_fields__))  # taken without a word before (issue 71)
+    if unknown:
+        raise InvalidSettings("resume takes no setting %s (only %s)"
+                              % (", ".join(unknown), ", ".join(RESUMABLE_CHANGES)), unknown)
     status = run_status(path)
     info = read_info(path) if status != "empty" else {"config": {}}
     fixed = [k for k in sorted(set(changes) - set(RESUMABLE_CHANGES)) if info["config"].get(k, changes[k]) != changes[k]]
@@ -125,12 +137,12 @@ def resume(path, data=None, progress=True, log=print, **changes):
     check_stop_gain(changes, changes.get("stop_window", info["config"].get("stop_window")))
     if status not in ("finished", "partial"):
         raise AmortizedPyroError("cannot resume %s: %s" % (path, describe(path)))
-    if status == "finished" and changes.get("epochs", 0) <= info["config"]["epochs"]:
+    config = replace(FitConfig(**info["config"]), **changes).check()  # epochs=-5 returned a finished run before
+    if status == "finished" and config.epochs <= info["config"]["epochs"]:
         log("%s is a finished run: nothing to resume (give more --epochs to extend it)" % path)
         return load_run(path)
     if status == "finished":
         read_run(path)  # every file read before it is extended: a damaged one is refused, the run stays finished
-    config = replace(FitConfig(**info["config"]), **changes).check()
     device = checked_device(config)
     data = run_data(path, info, config, data, log)
     return TrainingRun.resumed(path, info, config, data, device, changes, log).train_alone(progress, log)

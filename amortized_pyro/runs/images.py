@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.evaluation import mean_image_mse
-from amortized_pyro.runs.data import load_data
+from amortized_pyro.runs.data import checked_data, load_data
 
 
 def prepare_data(config, data=None, log=print):
@@ -15,6 +15,7 @@ def prepare_data(config, data=None, log=print):
         data = load_data(config.dataset, config.data_dir, config.n_obs, config.n_test, config.seed,
                          config.download, log, binarize=config.binarize, grayscale=config.grayscale)
     else:
+        data = checked_data(data)
         data = data.grayscale() if config.grayscale else data
         data = data.binarize(config.seed) if config.binarize and not data.binarized else data
     if config.conditional:
