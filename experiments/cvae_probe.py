@@ -44,6 +44,10 @@ study (experiments/cvae-accuracy.sh: runs/cvae-accuracy/VARIANT-seedS), each run
     python experiments/cvae_probe.py measure runs/cvae-accuracy/*-seed* --out figures/cvae-accuracy
     python experiments/cvae_probe.py table figures/cvae-accuracy/probe.jsonl --out figures/cvae-accuracy
 
+The runs measured in figures/cvae-accuracy/probe.jsonl were trained again for it (`experiments/cvae-accuracy.sh base
+z8 recipe learned every noenc obs3 bernoulli`, 2026-11-28; not bit-identical to figures/cvae-accuracy/runs/): their
+small files (config, metrics, summary) are in figures/cvae-accuracy/runs-probe/.
+
 ``measure`` appends one record per run to OUT/probe.jsonl, skipping a run already recorded there (resumable; an
 unfinished run is skipped with a line), then writes the table OUT/probe.md: per variant the mean ± the standard
 error over its seeds. ``table`` makes OUT/probe.md (its command first) again from the records alone.
