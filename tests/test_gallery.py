@@ -1,9 +1,15 @@
 """The gallery's models (experiments/gallery: Pyro's amortized examples): every model builds with every guide it
 lists, trains 20 steps with finite losses that fall, serves held-out data and ``pyro.infer.Predictive``; and the
 ELBO of each hand-written guide is the one an independent re-scoring of its traces gives (each site's
-log-density summed by hand with its scale). Seconds each; the full runs live in experiments/gallery/run.py."""
+log-density summed by hand with its scale); every guide's name says the scale link it is built with, and the report
+names every recorded line's link truthfully; the default A-VI guide's run records its training-split gap and what
+diagnose says. Seconds each; the full runs live in experiments/gallery/run.py."""
+import dataclasses
 import importlib
+import inspect
+import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -17,10 +23,15 @@ from pyro.infer import Predictive, Trace_ELBO, TraceMeanField_ELBO
 from pyro.poutine.util import site_is_subsample
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "gallery"))
-from common import train  # noqa: E402
+import common  # noqa: E402
+import report  # noqa: E402
+from common import BUILDERS, DEFAULT, LINKS, RECORDED_EXP, label, link_of, run_one, train  # noqa: E402
 from run import MODELS  # noqa: E402
 
+from amortized_pyro.autoguides import AutoAmortizedNormal  # noqa: E402
 from amortized_pyro.errors import GuideError  # noqa: E402
+
+RUNS = Path(__file__).resolve().parents[1] / "figures" / "gallery" / "runs.jsonl"
 
 SPECS = {name: importlib.import_module(name) for name in MODELS}
 CASES = [(name, guide) for name, spec in SPECS.items() for guide in spec.GUIDES
@@ -133,3 +144,110 @@ def test_hand_guide_elbo_is_its_traces(datasets, name):
         by_hand = rescored(setup.score_model, setup.guide, args, auxiliary=isinstance(setup.loss,
                                                                                     TraceCausalEffect_ELBO))
     assert by_hand == pytest.approx(loss, rel=1e-5, abs=1e-3)
+
+
+def said_link(name):
+    """The scale link a guide's name says (its last ``+`` part), or None."""
+    last = name.rsplit("+", 1)[-1]
+    return last if "+" in name and last in LINKS else None
+
+
+def test_the_default_guide_is_the_builders_default():
+    """common.DEFAULT names AutoAmortizedNormal(model) as it stands: its link is the builder's default."""
+    default = inspect.signature(AutoAmortizedNormal.__init__).parameters["scale_link"].default
+    assert DEFAULT == "amortized+" + default
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_guide_name_says_the_link_it_is_built_with(datasets, name):
+    """Each guide a model lists, built as its runs build it, has the scale link its name says (``defaults``: the
+    builder's own default); a name that says none builds no scale head (a hand-written or per-datapoint guide)."""
+    spec, data = SPECS[name], data_of(datasets, name)
+    for guide in spec.GUIDES:
+        if guide in getattr(spec, "REFUSED", {}) and guide != "defaults":
+            continue  # refused at construction or first call: no guide to read
+        pyro.clear_param_store()
+        built = link_of(spec.build(guide, data).guide)
+        expected = "softplus" if guide == "defaults" else said_link(guide)
+        assert built == expected, (guide, built)
+    for guide, builder in BUILDERS.items():  # the names' builders, on a model of one local site
+        assert link_of(builder(toy_model)) == said_link(guide), guide
+
+
+def toy_model(x):
+    with pyro.plate("data", len(x)):
+        z = pyro.sample("z", pyro.distributions.Normal(0.0, 1.0).expand([2]).to_event(1))
+        pyro.sample("x", pyro.distributions.Normal(z, 1.0).to_event(1), obs=x)
+
+
+def test_the_report_names_each_recorded_lines_link_truthfully():
+    """Every line of the gallery's runs is read under a name that says its link where it has one: the link the
+    line records, or for a line recorded before lines said it, exp (the builders' default until then); and the
+    page's tables name no guide without it."""
+    records = [json.loads(line) for line in RUNS.read_text().splitlines() if line.strip()]
+    for r in records:
+        name = label(r)
+        if "scale_link" in r:
+            refused = r["scale_link"] is None and r["stopped"] and r["steps"] == 0  # refused as it was built
+            assert said_link(name) == r["scale_link"] or refused, (r["model"], r["guide"], r["scale_link"])
+        elif r["guide"] in RECORDED_EXP:
+            assert said_link(name) == "exp", (r["model"], r["guide"])
+        else:  # recorded with its link in its name, or a guide without a scale head
+            assert said_link(name) in ("softplus", None) and name == r["guide"]
+    page = report.page(records, "runs.jsonl", "figure.png")
+    optimizers = "|".join(re.escape(o) for spec in SPECS.values() for o in spec.OPTIMIZERS)
+    models = "|".join(spec.NAME for spec in SPECS.values())
+    in_tables = re.findall(r"^\| ([^|]+?) \| (?:%s) \| \d" % optimizers, page, flags=re.M)  # a model's table
+    in_tables += re.findall(r"^\| (?:%s) \| (?:%s) \| ([^|]+?) \|" % (models, optimizers), page, flags=re.M)
+    named = {n.strip("*") for n in in_tables}
+    assert named, "no table rows found"
+    assert not named & set(RECORDED_EXP), named & set(RECORDED_EXP)
+    unlinked = {n for n in named if said_link(n) is None}
+    assert unlinked <= {"hand", "hand-named", "per-datapoint", "defaults"}, unlinked  # no scale head, or refused
+
+
+@pytest.mark.parametrize("name", ["vae", "ss_vae_m2"])
+def test_the_default_guides_run_records_its_training_gap_and_diagnose(datasets, name, monkeypatch):
+    """run_one of the default A-VI guide, on a tiny budget: the amortization gap on training datapoints beside the
+    held-out one, and diagnose's k̂ per datapoint and calibration p-value (or their refusals, in one line each:
+    the M2's AutoGuideList is no builder)."""
+    monkeypatch.setattr(common, "GAP_SETTINGS", dataclasses.replace(
+        common.GAP_SETTINGS, samples=8, importance_samples=8, max_steps=10, window=5, theta_draws=1,
+        score_draws=1, select_draws=1))
+    monkeypatch.setattr(common, "GAP_POINTS", 4)
+    monkeypatch.setattr(common, "DIAGNOSE", {"samples": 25, "theta_draws": 1, "simulations": 12, "sbc_draws": 9})
+    spec, data = SPECS[name], data_of(datasets, name)
+    record = run_one(spec, DEFAULT, 0, data, steps=3)
+    assert record["stopped"] is None and record["scale_link"] == "softplus"
+    assert record["diagnose_split"] == "test"
+    if name == "vae":
+        assert math.isfinite(record["gap"]) and math.isfinite(record["train_gap"])
+        assert record["train_gap_refused"] is None and record["train_gap_stderr"] >= 0
+        assert len(record["khat"]) == 4 and all(math.isfinite(k) for k in record["khat"])
+        assert record["khat_threshold"] > 0 and "datapoints" in record["khat_reading"]
+        assert 0 <= record["calibration_p"] <= 1 and len(record["calibration_p_values"]) == 16
+    else:
+        for field in ("train_gap_refused", "khat_refused", "calibration_refused"):
+            assert record[field] and "\n" not in record[field], field
+    json.dumps(record)  # one JSON line
+    other = run_one(spec, "amortized+exp", 0, data, steps=3)  # any other guide: as before
+    assert other["scale_link"] == "exp" and "train_gap" not in other and "khat" not in other
+
+
+def test_a_run_again_of_the_default_is_added_beside_the_earlier_line_and_compared():
+    """run.py counts a default-guide line as finished only where it holds the training-split gap and diagnose (or
+    it stopped); the report reads the latest line of a key run again and says whether the earlier one's numbers
+    were repeated."""
+    from run import complete
+    old = {"model": "vae", "guide": DEFAULT, "seed": 0, "optimizer": "example", "budget": 600, "stopped": None,
+           "steps": 600, "heldout_elbo": -119.0, "gap": 4.0}
+    assert not complete(old) and complete(dict(old, stopped="loss nan at step 2"))
+    new = dict(old, scale_link="softplus", train_gap=3.0, khat=[0.4], ms_per_step=9.0)
+    assert complete(new) and complete(dict(old, guide="amortized"))  # an exp line: measured as it was
+    runs, repeats = report.read([old, new])
+    assert len(runs) == 1 and runs[0]["train_gap"] == 3.0
+    assert repeats == [(("vae", DEFAULT, 0, "example", 600), True, None)]  # the earlier line has no ms/step
+    runs, repeats = report.read([old, dict(new, heldout_elbo=-118.0)])
+    assert repeats[0][1] is False
+    runs, _ = report.read([dict(old, guide="amortized")])
+    assert runs[0]["guide"] == "amortized+exp" and runs[0]["heldout_elbo"] == -119.0  # relabelled, numbers untouched

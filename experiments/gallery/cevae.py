@@ -8,16 +8,17 @@ hand-written ``Guide``: q(t | x), q(y | t, x) (auxiliary, observed in training) 
 ClippedAdam (lr 1e-3, weight decay 1e-4, lr decay ×0.1 over the run), minibatches of 100 (50 epochs).
 
 Guides: ``hand`` (the contrib's Model and Guide as its ``CEVAE`` class wires them); ``hand-named`` (the same two
-under one PyroModule parent, see below); ``contrib-model`` (AutoAmortizedNormal on the contrib's Model as it stands, its
-plate given ``subsample=x``: the batch read from the subsample's rows since that was fixed); and
-the builders with their defaults, ``amortized``, ``semi-amortized``,
-``iterative``, ``flow``, on :class:`BatchPlateModel`: the contrib's Model with its plate written
-``pyro.plate("data", size, subsample_size=len(x))`` (the same N/B scale), and its leaves t, y left out at a call of
-x alone (summed out exactly; SA-VI's and IA-VI's refinement at a new unit refuses an unsummed discrete site). A
-builder's encoder reads x alone (the first argument the plate observes): q(z | x), where the hand guide's
-q(z | y, t, x) needs t and y drawn from its auxiliary nets at a new unit. The builders train by Trace_ELBO, which
-TraceCausalEffect_ELBO is for a guide without observed sites, except that it flips the sign of a guide's factor
-sites: IA-VI's training terms ride on one, and under it IA-VI diverges (loss 5e3 → 1e13 in 30 steps).
+under one PyroModule parent, see below); ``contrib-model+exp`` (AutoAmortizedNormal, exp scale link, on the
+contrib's Model as it stands, its plate given ``subsample=x``: the batch read from the subsample's rows since that
+was fixed); and the builders with their other defaults, ``amortized``, ``semi-amortized``, ``iterative``, ``flow``
+(each under both scale links, its name saying which: ``+softplus``, the default, and ``+exp``), on
+:class:`BatchPlateModel`: the contrib's Model with its plate written ``pyro.plate("data", size,
+subsample_size=len(x))`` (the same N/B scale), and its leaves t, y left out at a call of x alone (summed out
+exactly; SA-VI's and IA-VI's refinement at a new unit refuses an unsummed discrete site). A builder's encoder reads
+x alone (the first argument the plate observes): q(z | x), where the hand guide's q(z | y, t, x) needs t and y drawn
+from its auxiliary nets at a new unit. The builders train by Trace_ELBO, which TraceCausalEffect_ELBO is for a guide
+without observed sites, except that it flips the sign of a guide's factor sites: IA-VI's training terms ride on one,
+and under it IA-VI diverges (loss 5e3 → 1e13 in 30 steps).
 
 The contrib's ``CEVAE`` puts its Model and Guide under a plain nn.Module: both register their nets by attribute name,
 and the Guide's ``t_nn``, ``y0_nn``, ``y1_nn`` share param-store names with the Model's (``t_nn$$$fc.0.weight``);
@@ -36,12 +37,12 @@ from pyro.infer import Trace_ELBO
 from pyro.nn import PyroModule
 
 from amortized_pyro.autoguides import AutoAmortizedNormal
-from common import BUILDERS, Setup, minibatch_indices
+from common import BUILDERS, EXP, SOFTPLUS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "cevae", "data", 250, 100
 FEATURES = 5
 CONFIG = dict(feature_dim=FEATURES, latent_dim=20, hidden_dim=200, num_layers=3, outcome_dist="bernoulli")
-GUIDES = ("hand", "hand-named", "contrib-model", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "hand-named", "contrib-model+exp") + SOFTPLUS + EXP
 OPTIMIZERS = {"example": lambda: pyro.optim.ClippedAdam({"lr": 1e-3, "weight_decay": 1e-4,
                                                          "lrd": 0.1 ** (1 / STEPS)})}
 SWAP = """model = BatchPlateModel(config)        # the contrib Model, its plate: subsample_size=len(x)
@@ -104,9 +105,9 @@ def build(guide, data):
     if guide in ("hand", "hand-named"):
         pair = Plain() if guide == "hand" else Named()
         return Setup(pair.model, pair.guide, loss)
-    if guide == "contrib-model":
+    if guide == "contrib-model+exp":
         model = Model(CONFIG)
-        return Setup(model, AutoAmortizedNormal(model), loss)
+        return Setup(model, AutoAmortizedNormal(model, scale_link="exp"), loss)
     model = BatchPlateModel(CONFIG)
     # Trace_ELBO: the example's loss for a guide with no observed sites, but not for IA-VI, whose training terms
     # ride on a guide factor site that TraceCausalEffect_ELBO counts with the opposite sign (IA-VI diverges)
@@ -121,6 +122,11 @@ def batches(data, steps, generator):
 
 def chunks(x):
     return [tuple(x)]
+
+
+def with_data(simulated, args, kwargs):
+    """diagnose's calibration: the model's arguments (x, t, y) for its simulated units."""
+    return (simulated["x"], simulated["t"], simulated["y"]) + tuple(args[3:]), kwargs
 
 
 def first(x, n):

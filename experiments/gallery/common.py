@@ -14,6 +14,19 @@ Measured per run (one JSON line, :func:`run_one`):
     downstream         the example's own number (each model's ``downstream``)
     gap                measure_gap's amortization gap (mean, s.e. over its datapoints) on held-out datapoints (a
                        per-datapoint guide: on training ones), or ``gap_refused``: the one line of its refusal
+    scale_link         the encoder's scale link, read from the built guide (None: none; lines recorded before this
+                       field: their name says it, :func:`label`)
+
+The default A-VI guide (:data:`DEFAULT`; ``measured=True``) also records, on the same first 16 datapoints:
+
+    train_gap          measure_gap's amortization gap on training datapoints (``seen=True``; ``train_gap_stderr``,
+                       or ``train_gap_refused``): beside ``gap``, whether the gap is mostly held out
+    khat               diagnose's k̂ per held-out datapoint (importance_diagnostics at :data:`DIAGNOSE`'s budget),
+                       ``khat_threshold`` (unreliable above it for that many draws), ``khat_reading`` (diagnose's
+                       sentence), or ``khat_refused``
+    calibration_p      diagnose's calibration through the encoder (local_sbc): the Bonferroni p-value of uniform
+                       ranks (``calibration_p_values`` per coordinate, ``calibration_bins``), or
+                       ``calibration_refused``
 
 A guide that has no factor for new datapoints (a per-datapoint guide) has held-out entries None.
 """
@@ -31,25 +44,63 @@ from pyro.poutine.util import site_is_subsample
 
 from amortized_pyro import GapSettings
 from amortized_pyro.autoguides import (AutoAmortizedNormal, AutoIterativeAmortizedNormal, AutoPerDatapointNormal,
-                                       AutoSemiAmortizedNormal, measure_gap)
+                                       AutoSemiAmortizedNormal, importance_diagnostics, local_sbc, measure_gap)
+from amortized_pyro.autoguides.diagnose import reading
 
-BUILDERS = {
+LINKS = ("exp", "softplus")
+"""The encoder builders' scale links (``scale_link=``): σ_n = exp or softplus of the scale head's output."""
+ENCODERS = {
     "amortized": AutoAmortizedNormal,
     "semi-amortized": AutoSemiAmortizedNormal,
     "iterative": AutoIterativeAmortizedNormal,
     "flow": lambda model, **options: AutoAmortizedNormal(model, flow=2, **options),
-    "per-datapoint": AutoPerDatapointNormal,
 }
-"""The package's builders by the gallery's guide names (``flow``: A-VI with two autoregressive transforms)."""
-SOFTPLUS = tuple(name + "+softplus" for name in ("amortized", "semi-amortized", "iterative", "flow"))
-"""The encoder builders again with ``scale_link="softplus"`` (σ_n = softplus of the scale head, as Pyro's AutoNormal
-constrains its scales; the default exp stopped some of them on counts: issue 68)."""
-BUILDERS.update({name: functools.partial(BUILDERS[name.split("+")[0]], scale_link="softplus") for name in SOFTPLUS})
+"""The encoder builders by the gallery's base names (``flow``: A-VI with two autoregressive transforms)."""
+BUILDERS = {"%s+%s" % (name, link): functools.partial(builder, scale_link=link)
+            for link in LINKS for name, builder in ENCODERS.items()}
+BUILDERS["per-datapoint"] = AutoPerDatapointNormal
+"""The package's builders by the gallery's guide names: an encoder builder's name says its scale link, passed
+explicitly (``amortized+exp``, ``amortized+softplus``), so that a recorded name, run again, is built the same
+whatever the builder's default is; the per-datapoint guide has no scale head."""
+EXP = tuple(name + "+exp" for name in ENCODERS)
+"""The encoder builders with σ_n = exp of the scale head (the builders' default until commit 18d653a;
+as Pyro's examples/vae writes its guide)."""
+SOFTPLUS = tuple(name + "+softplus" for name in ENCODERS)
+"""The encoder builders with ``scale_link="softplus"`` (σ_n = softplus of the scale head, as Pyro's AutoNormal
+constrains its scales): the builders' default since commit 18d653a (exp stopped some of them on
+counts: issue 68, and LDA here)."""
+DEFAULT = "amortized+softplus"
+"""The default A-VI guide, ``AutoAmortizedNormal(model)`` as it stands (its default scale link: tests check it);
+its runs also record the training-split gap and ``diagnose`` (:func:`run_one`)."""
+RECORDED_EXP = ("amortized", "semi-amortized", "iterative", "flow", "builder-body", "builder-body+torch-heads",
+                "builder-body+hand-start", "contrib-model")
+"""Guide names of lines recorded before the names said their link: each built on the builders' default scale
+link, then exp (every such line of figures/gallery/runs.jsonl was recorded before commit 18d653a); read as
+the name with ``+exp`` (:func:`label`), their numbers untouched."""
+
+
+def label(record):
+    """The guide's name of a recorded line, saying its scale link: the recorded name, or, for a line recorded
+    before names said it (no ``scale_link`` field, a name of :data:`RECORDED_EXP`), the name with ``+exp``."""
+    name = record["guide"]
+    return name + "+exp" if "scale_link" not in record and name in RECORDED_EXP else name
+
+
+def link_of(guide):
+    """The scale link of a built guide (an AutoGuideList's encoder part's), or None where it has none (a
+    hand-written guide, a per-datapoint one, a builder refused at construction)."""
+    parts = list(guide) if isinstance(guide, torch.nn.ModuleList) else [guide]
+    links = {getattr(part, "scale_link", None) for part in parts} - {None}
+    return links.pop() if len(links) == 1 else None
+
 
 GAP_SETTINGS = GapSettings(samples=32, importance_samples=100, ais_steps=0, theta_draws=2, score_draws=4,
                            select_draws=4, window=50, max_steps=400, step_samples=4)
 """A small gap budget, sized for the CPU: the gap's q* is a lower bound on the best factor (fewer steps)."""
-GAP_POINTS = 16  # datapoints the gap is measured on
+GAP_POINTS = 16  # datapoints the gap (and diagnose) is measured on
+DIAGNOSE = {"samples": 200, "theta_draws": 2, "simulations": 96, "sbc_draws": 99}
+"""diagnose's budget, sized for the CPU: k̂ from 200 draws of z per datapoint at each of 2 θ draws (its threshold
+for 200 draws: diagnose's ``threshold``); calibration (local SBC) from 96 simulated datapoints, 99 draws of q each."""
 THETA_DRAWS, Z_DRAWS = 4, 16  # the held-out ELBO's and IW bound's draws of θ and of z per θ
 
 
@@ -151,6 +202,30 @@ def gap(setup, args, seen, draws="auto"):
     return report["amortization_gap"]["mean"], report["amortization_gap"]["stderr"], None
 
 
+def diagnosed(setup, args, seen, draws="auto", with_data=None):
+    """What ``diagnose`` says of ``setup.guide`` on the call ``setup.score_model(*args)`` at :data:`DIAGNOSE`'s
+    budget, as record fields: its two parts, k̂ per datapoint (importance_diagnostics) and calibration through the
+    encoder (local_sbc; ``with_data``: the model's arguments for its simulated observations, where the model
+    observes more than one site), each run alone so that one's refusal (its one line) keeps the other's result."""
+    fields = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ArviZ's own k̂ warnings: the numbers are the result
+        try:
+            found = importance_diagnostics(setup.score_model, setup.guide, *args, samples=DIAGNOSE["samples"],
+                                           theta_draws=DIAGNOSE["theta_draws"], seen=seen, draws=draws)
+            fields.update(khat=found["guide"]["khat"], khat_threshold=found["threshold"], khat_reading=reading(found))
+        except Exception as error:  # noqa: BLE001 — a refusal is a result: its line goes in the page
+            fields["khat_refused"] = one_line(error)
+        try:
+            found = local_sbc(setup.score_model, setup.guide, *args, simulations=DIAGNOSE["simulations"],
+                              draws=DIAGNOSE["sbc_draws"], with_data=with_data)
+            fields.update(calibration_p=found["p_value"], calibration_p_values=found["p_values"],
+                          calibration_bins=found["bins"])
+        except Exception as error:  # noqa: BLE001
+            fields["calibration_refused"] = one_line(error)
+    return fields
+
+
 def train(setup, optimizer, batches):
     """Train by stock SVI on each of ``batches`` (argument tuples); returns (steps, stopped line or None,
     wall ms per step after the first, the losses)."""
@@ -175,10 +250,12 @@ def train(setup, optimizer, batches):
     return len(losses), stopped, ms, losses
 
 
-def run_one(spec, guide_name, seed, data, optimizer="example", steps=None):
+def run_one(spec, guide_name, seed, data, optimizer="example", steps=None, measured=None):
     """One JSON record of the module docstring for ``spec`` (a gallery model module) and ``guide_name``, from
     ``seed`` (the parameters' initialization, the guide's and the minibatches' draws), trained by the optimizer
-    ``spec.OPTIMIZERS[optimizer]`` (``"example"``: the example's own)."""
+    ``spec.OPTIMIZERS[optimizer]`` (``"example"``: the example's own); ``measured`` (default: whether the guide is
+    :data:`DEFAULT`): also the training-split gap and diagnose, measured after everything else (the other fields
+    are those a run without them gives)."""
     pyro.clear_param_store()
     pyro.set_rng_seed(seed)
     steps = steps or spec.STEPS
@@ -186,7 +263,7 @@ def run_one(spec, guide_name, seed, data, optimizer="example", steps=None):
     taken, stopped, ms, losses = train(setup, spec.OPTIMIZERS[optimizer](),
                                        spec.batches(data, steps, torch.Generator().manual_seed(seed)))
     record = {"model": spec.NAME, "guide": guide_name, "seed": seed, "optimizer": optimizer, "steps": taken,
-              "budget": steps,
+              "budget": steps, "scale_link": link_of(setup.guide),
               "stopped": stopped, "ms_per_step": ms, "first_loss": losses[0] if losses else None,
               "last_loss": losses[-1] if losses else None}
     if stopped is not None:
@@ -205,4 +282,12 @@ def run_one(spec, guide_name, seed, data, optimizer="example", steps=None):
     record["gap"], record["gap_stderr"], record["gap_refused"] = gap(
         setup, spec.chunks(first(data[split], GAP_POINTS))[0], seen=not setup.serves_new,
         draws=getattr(spec, "GAP_DRAWS", "auto"))
+    if measured if measured is not None else guide_name == DEFAULT:
+        if setup.serves_new:  # the training split beside the held-out one (a per-datapoint guide's gap is on it)
+            record["train_gap"], record["train_gap_stderr"], record["train_gap_refused"] = gap(
+                setup, spec.chunks(first(data["train"], GAP_POINTS))[0], seen=True,
+                draws=getattr(spec, "GAP_DRAWS", "auto"))
+        record["diagnose_split"] = split
+        record.update(diagnosed(setup, spec.chunks(first(data[split], GAP_POINTS))[0], seen=not setup.serves_new,
+                                draws=getattr(spec, "GAP_DRAWS", "auto"), with_data=getattr(spec, "with_data", None)))
     return record

@@ -9,12 +9,13 @@ example's (z 200, hidden 500, 500): z 16, hidden 200, 200, every net relu with e
 sample, binarized by rounding, flat [n, 784], the bottom-left quadrant given (``num_quadrant_inputs=1``); the
 example's Adam 1e-3, minibatches of 128, Trace_ELBO.
 
-Guides: ``hand``; ``defaults`` (AutoAmortizedNormal with its defaults: refused, the model observes the masked pixels,
-no argument as it is); and the builders with the encoder reading what the recognition net reads (the whole image:
-x with its masked pixels filled from y, :func:`filled`): ``amortized``, ``semi-amortized``, ``iterative``, ``flow``.
-The per-datapoint guide does not apply: the plate is the minibatch. Departures: the example's ``pyro.plate("data")``
-has no size, which the builders refuse in one line (written ``pyro.plate("data", len(xs))``); its boolean indexing
-of the masked pixels written as ``masked_select`` (the same pixels, broadcast-safe for the builders' vectorized draws).
+Guides: ``hand``; ``defaults`` (AutoAmortizedNormal with its defaults: refused, the model observes the masked
+pixels, no argument as it is); and the builders with the encoder reading what the recognition net reads (the whole
+image: x with its masked pixels filled from y, :func:`filled`): ``amortized``, ``semi-amortized``, ``iterative``,
+``flow`` (each under both scale links, its name saying which: ``+softplus``, the default, and ``+exp``). The
+per-datapoint guide does not apply: the plate is the minibatch. Departures: the example's ``pyro.plate("data")`` has
+no size, which the builders refuse in one line (written ``pyro.plate("data", len(xs))``); its boolean indexing of
+the masked pixels written as ``masked_select`` (the same pixels, broadcast-safe for the builders' vectorized draws).
 Downstream: the reconstruction of the masked quadrants from the given one alone, as the example predicts (z from the
 model's prior net, 20 draws): the masked BCE per held-out image of the draws' mean probabilities (the baseline NN's
 own BCE, the same for every guide, in the name).
@@ -27,11 +28,12 @@ import pyro.distributions as dist
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro import load_data
-from common import BUILDERS, Setup, minibatch_indices
+from amortized_pyro.autoguides import AutoAmortizedNormal
+from common import BUILDERS, EXP, SOFTPLUS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "cvae", "data", 400, 128
 PIXELS, Z, HIDDEN, BASELINE = 784, 16, 200, True
-GUIDES = ("hand", "defaults", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand", "defaults") + SOFTPLUS + EXP
 REFUSED = {"defaults": "no argument of the model is what the plate's sites observe"}
 """The builders refused on this model, and a phrase of the line: the model observes the masked pixels of y (a
 selection), which no model argument is; ``encoder_input=`` names it."""
@@ -136,9 +138,9 @@ def build(guide, data):
     cvae = CVAE(data["baseline"])
     if guide == "hand":
         return Setup(cvae.model, cvae.guide, Trace_ELBO())
-    options = {} if guide == "defaults" else {"encoder_input": filled}
-    return Setup(cvae.model, BUILDERS["amortized" if guide == "defaults" else guide](cvae.model, **options),
-                 Trace_ELBO())
+    if guide == "defaults":  # AutoAmortizedNormal(model) as it stands: refused at its first call, whatever its link
+        return Setup(cvae.model, AutoAmortizedNormal(cvae.model), Trace_ELBO())
+    return Setup(cvae.model, BUILDERS[guide](cvae.model, encoder_input=filled), Trace_ELBO())
 
 
 def batches(data, steps, generator):
@@ -149,6 +151,15 @@ def batches(data, steps, generator):
 
 def chunks(x):
     return [tuple(x)]
+
+
+def with_data(simulated, args, kwargs):
+    """diagnose's calibration: the model's arguments for its simulated masked pixels (site ``y``, [B, masked
+    pixels]): the outputs ys with those pixels replaced, the given quadrant's −1 kept."""
+    xs, ys = args
+    new = ys.clone()
+    new[xs == -1] = simulated["y"].reshape(-1).to(ys.dtype)
+    return (xs, new), kwargs
 
 
 def first(x, n):

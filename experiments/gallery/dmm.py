@@ -12,12 +12,13 @@ the small budget; at 1e-2 the amortized builder's loss blew up to 1e6 within 20 
 
 Guides: ``hand``; the builders on ``plate="z_minibatch"``, the encoder reading the padded sequence and its mask
 (:func:`sequence_input`), given ``local_mask`` (:func:`step_masks`: z_t's mask, as the model computes it):
-``amortized``, ``semi-amortized``, ``iterative``; ``flow`` is refused (a flow takes no ``local_mask``, and the model
-masks its local sites). The per-datapoint guide does not apply: the plate is the minibatch (``len(mini_batch)``).
-Departures: the padded reversed sequences are passed (packed inside the guide, ``enforce_sorted=False``); every
-minibatch is padded to the data's longest sequence (the example pads to the minibatch's: its number of z_t sites
-would change from call to call); the model registers its own networks, the guide its own.
-Downstream: the example's test number, −ELBO per time step of the held-out sequences (Trace_ELBO, 10 particles).
+``amortized``, ``semi-amortized``, ``iterative`` (each under both scale links, its name saying which: ``+softplus``,
+the default, and ``+exp``); ``flow`` is refused (a flow takes no ``local_mask``, and the model masks its local
+sites). The per-datapoint guide does not apply: the plate is the minibatch (``len(mini_batch)``). Departures: the
+padded reversed sequences are passed (packed inside the guide, ``enforce_sorted=False``); every minibatch is padded
+to the data's longest sequence (the example pads to the minibatch's: its number of z_t sites would change from call
+to call); the model registers its own networks, the guide its own. Downstream: the example's test number, −ELBO per
+time step of the held-out sequences (Trace_ELBO, 10 particles).
 """
 import torch
 from torch import nn
@@ -28,13 +29,13 @@ from pyro import poutine
 from pyro.infer import Trace_ELBO
 
 from amortized_pyro.errors import GuideError
-from common import BUILDERS, Setup, minibatch_indices
+from common import BUILDERS, EXP, SOFTPLUS, Setup, minibatch_indices
 
 NAME, PLATE, STEPS, BATCH = "dmm", "z_minibatch", 300, 20
 INPUT, Z, EMISSION, TRANSITION, RNN = 12, 3, 16, 24, 32
 T_MIN, T_MAX, MIN_ANNEALING, ANNEALED = 5, 10, 0.2, 0.2
-GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow")
-REFUSED = {"flow": "a flow takes no local_mask"}
+GUIDES = ("hand",) + SOFTPLUS + EXP
+REFUSED = {"flow+softplus": "a flow takes no local_mask", "flow+exp": "a flow takes no local_mask"}
 """The builders refused on this model, and a phrase of the line: the model masks its z_t (padded steps), which a
 guide must be told (``local_mask``), and a flow cannot mask its log q."""
 OPTIMIZERS = {"example": lambda: pyro.optim.ClippedAdam({"lr": 3e-3, "betas": (0.96, 0.999), "clip_norm": 10.0,
@@ -204,6 +205,14 @@ def batches(data, steps, generator):
 
 def chunks(x):
     return [call(*x)]
+
+
+def with_data(simulated, args, kwargs):
+    """diagnose's calibration: the model's arguments for its simulated notes (site ``obs_x_t`` → [B, 12]), padded
+    past each sequence's length with zeros as the data are."""
+    x, _, mask, lengths, annealing = args
+    notes = torch.stack([simulated["obs_x_%d" % t] for t in range(1, x.shape[1] + 1)], 1) * mask.unsqueeze(-1)
+    return call(notes.to(x.dtype), lengths, annealing), kwargs
 
 
 def first(x, n):

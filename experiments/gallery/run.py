@@ -1,7 +1,10 @@
 """The gallery's runner: each of Pyro's amortized examples (one module per model in this folder) trained under its
 hand-written guide and the package's builders, seeds given, one JSON line per (model, guide, seed) in ``--out``
 (common.py's docstring says what each line measures). Resumable: a finished (model, guide, seed) line is kept,
-never redone.
+never redone; a line is read under its guide's name as common.label gives it (the names recorded before they said
+their scale link, with ``+exp``), and a line of the default A-VI guide (common.DEFAULT) counts as finished only
+where it holds what run_one now measures of it (the training-split gap and diagnose; a stopped run has nothing
+more): an older one is kept, and the run is added beside it.
 
     OMP_NUM_THREADS=1 python experiments/gallery/run.py vae --seeds 0 1 2 --out figures/gallery/runs.jsonl
     OMP_NUM_THREADS=1 python experiments/gallery/run.py all --out figures/gallery/runs.jsonl
@@ -17,12 +20,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import run_one  # noqa: E402
+from common import DEFAULT, label, run_one  # noqa: E402
 
 from amortized_pyro.support.jsonio import append_jsonl, read_jsonl  # noqa: E402
 
 MODELS = ("vae", "sparse_gamma", "scanvi", "lda", "prodlda", "dmm", "cevae", "ss_vae_m2", "cvae")
 """The gallery's model modules, in the order ``all`` runs them."""
+
+
+def complete(record):
+    """Whether a line holds everything run_one now measures of its guide: all but the default A-VI guide's; the
+    default's where it stopped (nothing more to measure) or holds the training-split gap's and diagnose's fields."""
+    return (label(record) != DEFAULT or record["stopped"] is not None
+            or "khat" in record or "khat_refused" in record)
 
 
 def main():
@@ -37,8 +47,8 @@ def main():
     here = Path(__file__).resolve().parent
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=here, capture_output=True,
                             text=True).stdout.strip() or None  # the code each line was measured with
-    done = {(r["model"], r["guide"], r["seed"], r["optimizer"], r["budget"])
-            for r in (read_jsonl(args.out) if os.path.exists(args.out) else [])}
+    done = {(r["model"], label(r), r["seed"], r["optimizer"], r["budget"])
+            for r in (read_jsonl(args.out) if os.path.exists(args.out) else []) if complete(r)}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for name in MODELS if args.model == "all" else (args.model,):
         spec = importlib.import_module(name)

@@ -12,11 +12,12 @@ Guides: ``hand``; the builders as Pyro's AutoGuideList of the builder on z (``po
 "y_aux"])``: q(z | x), the encoder reading x) beside the example's classifier as a part guiding y (enumerated):
 ``amortized``, ``flow``; and ``semi-amortized``, ``iterative`` built on :meth:`SSVAE.collapsed` (y summed out by
 hand where unlabelled: their refinement climbs the local ELBO of the model they are built on, and on the blocked one
-it would hold a prior draw of y), with ``encoder_input=0``. The builders' q(z | x) does not see y (the hand guide's
-q(z | x, y) does). The per-datapoint guide does not apply: the plate is the minibatch (``len(xs)``). One departure:
-the example's ``pyro.plate("data")`` has no size, which the builders refuse in one line ("the model's plate 'data'
-has no size: give it one"); written ``pyro.plate("data", len(xs))``. measure_gap takes no AutoGuideList (refused in
-one line). Downstream: the classifier's test accuracy on the 200 held-out images (the example's number).
+it would hold a prior draw of y), with ``encoder_input=0``; each under both scale links, its name saying which
+(``+softplus``, the default, and ``+exp``). The builders' q(z | x) does not see y (the hand guide's q(z | x, y)
+does). The per-datapoint guide does not apply: the plate is the minibatch (``len(xs)``). One departure: the
+example's ``pyro.plate("data")`` has no size, which the builders refuse in one line ("the model's plate 'data' has
+no size: give it one"); written ``pyro.plate("data", len(xs))``. measure_gap takes no AutoGuideList (refused in one
+line). Downstream: the classifier's test accuracy on the 200 held-out images (the example's number).
 """
 import torch
 from torch import nn
@@ -28,11 +29,11 @@ from pyro.infer import TraceEnum_ELBO, config_enumerate
 from pyro.infer.autoguide import AutoGuideList
 
 from amortized_pyro import load_data
-from common import BUILDERS, Setup
+from common import BUILDERS, EXP, SOFTPLUS, Setup
 
 NAME, PLATE, STEPS, BATCH = "ss_vae_m2", "data", 300, 100
 PIXELS, CLASSES, Z, HIDDEN, AUX, LABELLED = 784, 10, 16, 200, 46.0, 0.1
-GUIDES = ("hand", "amortized", "semi-amortized", "iterative", "flow")
+GUIDES = ("hand",) + SOFTPLUS + EXP
 OPTIMIZERS = {"example": lambda: pyro.optim.Adam({"lr": 4.2e-4, "betas": (0.9, 0.999)})}
 SWAP = """ssvae = SSVAE()
 guide = AutoGuideList(ssvae.model, create_plates=ssvae.plates)  # was: config_enumerate(ssvae.guide, "parallel")
@@ -124,7 +125,7 @@ def build(guide, data):
     if guide == "hand":
         return Setup(ssvae.model, config_enumerate(ssvae.guide, "parallel"), loss)
     chosen = AutoGuideList(ssvae.model, create_plates=ssvae.plates)
-    if guide in ("semi-amortized", "iterative"):
+    if guide.split("+")[0] in ("semi-amortized", "iterative"):
         chosen.append(BUILDERS[guide](ssvae.collapsed, encoder_input=0))
     else:
         chosen.append(BUILDERS[guide](poutine.block(ssvae.model, hide=["y", "y_aux"])))
