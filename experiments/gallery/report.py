@@ -378,6 +378,7 @@ def page(records, runs_path, figure_path):
            % figure_path, "", "## Summary", ""]
     out += summary(all_runs)
     out += ["", "## What they show", ""] + findings(all_runs, repeats)
+    out += ["", "## Running it", ""] + running()
     out += ["", "## What the numbers do not show", "",
             "* Seeds vary the initialization and the minibatches only: each model has one simulated (or shipped) "
             "data set, one budget and one learning rate, all small enough for a 2-core CPU; a guide that is still "
@@ -417,6 +418,28 @@ def page(records, runs_path, figure_path):
             for guide, why in refusals.items():
                 out += ["* %s: %s" % (guide, line) for line in sorted(why)]
     return "\n".join(out) + "\n"
+
+
+def running(path=ROOT / "figures/gallery/wall-times.txt"):
+    """The commands and the wall times of the runs that made the lines (``/usr/bin/time`` of each job, collected by
+    ``grep -h wall runs/gallery/*.log | sort -u > figures/gallery/wall-times.txt``)."""
+    by = {}
+    for line in path.read_text().splitlines():
+        model, rest = line.split(" ", 1)
+        by.setdefault(model, []).append(rest)
+    out = ["One model, every guide it lists, seeds 0–2: `OMP_NUM_THREADS=1 python experiments/gallery/run.py MODEL "
+           "--seeds 0 1 2 --out figures/gallery/runs.jsonl` (resumable: a recorded line is kept); all nine: `... "
+           "run.py all ...`; a subset of guides: `--guides`. Wall times of the jobs that wrote the lines, on the "
+           "2-core CPU here, one thread a job, two jobs (or a job and other work) at once; each job ran a subset of "
+           "the model's guides (named by seeds alone: the first job, every guide the model listed then, and on five "
+           "models a second, the softplus variants and the hand-written guide again; then the default with diagnose, "
+           "and the other softplus builders), so a model's jobs' sum bounds one run of all its guides at that load "
+           "from above:", ""]
+    for model in MODELS:
+        jobs = by.get(model, [])
+        total = sum(float(job.rsplit("wall ", 1)[1].split()[0]) for job in jobs)
+        out.append("* %s: %s; sum %.0f s (%.1f min)" % (model, "; ".join(jobs), total, total / 60))
+    return out
 
 
 def main():
