@@ -20,8 +20,8 @@ study (experiments/cvae-accuracy.sh: runs/cvae-accuracy/VARIANT-seedS), each run
              dimensions fall into two groups, below 0.05 and above 0.4, which 0.1 separates and 0.01 does not).
   analogies  the shared-z analogy accuracy: DRAWN standard-normal draws ε, each shared by all ten class rows
              (z = ε, or μ_c + σ_c ε under the learned prior), decoded at θ̂ for each class, and the share of the
-             decoded images that the run's 5-nearest-neighbour classifier (amortized_pyro/report/
-             class_accuracy.py, on the run's 3,000 labelled images) reads as their row's class: what
+             decoded images that the run's 5-nearest-neighbour classifier
+             (amortized_pyro/report/class_accuracy.py, on the run's 3,000 labelled images) reads as their row's class: what
              `sample RUN --same-z` prints (figures/cvae-accuracy/base-analogies.txt: 8 draws per class); a decoder
              that took the class from z alone would score about 10 %.
   draws      the study's own measure on the same run: DRAWN independent z ~ p(z | c) per class (the z draws
