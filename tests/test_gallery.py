@@ -209,8 +209,8 @@ def test_the_report_names_each_recorded_lines_link_truthfully():
 @pytest.mark.parametrize("name", ["vae", "ss_vae_m2"])
 def test_the_default_guides_run_records_its_training_gap_and_diagnose(datasets, name, monkeypatch):
     """run_one of the default A-VI guide, on a tiny budget: the amortization gap on training datapoints beside the
-    held-out one, and diagnose's k̂ per datapoint and calibration p-value (or their refusals, in one line each:
-    the M2's AutoGuideList is no builder)."""
+    held-out one, and diagnose's k̂ per datapoint and calibration p-value. The M2's AutoGuideList: its gaps are its
+    builder part's, the classifier's y held at its draws (``gap_held``); diagnose refuses it, in one line each."""
     monkeypatch.setattr(common, "GAP_SETTINGS", dataclasses.replace(
         common.GAP_SETTINGS, samples=8, importance_samples=8, max_steps=10, window=5, theta_draws=1,
         score_draws=1, select_draws=1))
@@ -220,14 +220,16 @@ def test_the_default_guides_run_records_its_training_gap_and_diagnose(datasets, 
     record = run_one(spec, DEFAULT, 0, data, steps=3)
     assert record["stopped"] is None and record["scale_link"] == "softplus"
     assert record["diagnose_split"] == "test"
+    assert math.isfinite(record["gap"]) and math.isfinite(record["train_gap"]) and record["gap_refused"] is None
+    assert record["train_gap_refused"] is None and record["train_gap_stderr"] >= 0
     if name == "vae":
-        assert math.isfinite(record["gap"]) and math.isfinite(record["train_gap"])
-        assert record["train_gap_refused"] is None and record["train_gap_stderr"] >= 0
+        assert "gap_held" not in record
         assert len(record["khat"]) == 4 and all(math.isfinite(k) for k in record["khat"])
         assert record["khat_threshold"] > 0 and "datapoints" in record["khat_reading"]
         assert 0 <= record["calibration_p"] <= 1 and len(record["calibration_p_values"]) == 16
     else:
-        for field in ("train_gap_refused", "khat_refused", "calibration_refused"):
+        assert record["gap_held"] == ["y"]  # conditional on the classifier's draws of y
+        for field in ("khat_refused", "calibration_refused"):
             assert record[field] and "\n" not in record[field], field
     json.dumps(record)  # one JSON line
     other = run_one(spec, "amortized+exp", 0, data, steps=3)  # any other guide: as before
@@ -236,9 +238,10 @@ def test_the_default_guides_run_records_its_training_gap_and_diagnose(datasets, 
 
 def test_a_run_again_of_the_default_is_added_beside_the_earlier_line_and_compared():
     """run.py counts a default-guide line as finished only where it holds the training-split gap and diagnose (or
-    it stopped); the report reads the latest line of a key run again and says whether the earlier one's numbers
-    were repeated."""
-    from run import complete
+    it stopped), and, for M2's AutoGuideList, a gap not refused as measure_gap refused a list before; the report
+    reads the latest line of a key run again and says whether the earlier one's numbers were repeated (a gap
+    refused before not compared)."""
+    from run import LIST_REFUSED, complete
     old = {"model": "vae", "guide": DEFAULT, "seed": 0, "optimizer": "example", "budget": 600, "stopped": None,
            "steps": 600, "heldout_elbo": -119.0, "gap": 4.0}
     assert not complete(old) and complete(dict(old, stopped="loss nan at step 2"))
@@ -246,8 +249,20 @@ def test_a_run_again_of_the_default_is_added_beside_the_earlier_line_and_compare
     assert complete(new) and complete(dict(old, guide="amortized"))  # an exp line: measured as it was
     runs, repeats = report.read([old, new])
     assert len(runs) == 1 and runs[0]["train_gap"] == 3.0
-    assert repeats == [(("vae", DEFAULT, 0, "example", 600), True, None)]  # the earlier line has no ms/step
+    assert repeats == [(("vae", DEFAULT, 0, "example", 600), True, None, False)]  # the earlier line: no ms/step
     runs, repeats = report.read([old, dict(new, heldout_elbo=-118.0)])
     assert repeats[0][1] is False
     runs, _ = report.read([dict(old, guide="amortized")])
     assert runs[0]["guide"] == "amortized+exp" and runs[0]["heldout_elbo"] == -119.0  # relabelled, numbers untouched
+    refused = "GuideError: measure_gap takes a guide builder of amortized_pyro.autoguides, not AutoGuideList: %s, " \
+              "which it does not do" % LIST_REFUSED  # the line M2's default lines hold before
+    listed = dict(new, model="ss_vae_m2", gap=None, gap_stderr=None, gap_refused=refused, train_gap=None,
+                  train_gap_refused=refused, khat=None, khat_refused="GuideError: importance_diagnostics ...")
+    assert not complete(listed) and not complete(dict(listed, khat=[0.4])) and complete(dict(listed, guide="flow+exp"))
+    measured = dict(listed, gap=2.0, gap_stderr=0.1, gap_refused=None, train_gap=1.0, train_gap_refused=None,
+                    gap_held=["y"], ms_per_step=18.0)
+    assert complete(measured)
+    runs, repeats = report.read([listed, measured])
+    assert runs[0]["gap"] == 2.0
+    assert repeats == [(("ss_vae_m2", DEFAULT, 0, "example", 600), True, 2.0, True)]  # its gap: not compared
+    assert report.read([listed, dict(measured, heldout_elbo=-118.0)])[1][0][1] is False

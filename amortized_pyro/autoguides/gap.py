@@ -30,6 +30,7 @@ import torch
 import pyro
 from pyro.infer.autoguide import AutoGuideList
 
+from amortized_pyro.autoguides.guide_list import held_at_draws
 from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
 from amortized_pyro.autoguides.masking import MaskedJoint
 from amortized_pyro.autoguides.options import count
@@ -144,7 +145,10 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     :param model: the Pyro model the guide was built from, every latent site of it one the guide covers (an
         enumerated discrete site summed out by hand): a latent site left, or a draw no trace shows (a site hidden
         by ``poutine.block``), is refused in one line (:mod:`.local_joint`), never counted at a prior draw.
-    :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`.
+    :param guide: an :class:`~amortized_pyro.autoguides.AutoLocalGuide`, or Pyro's ``AutoGuideList`` with
+        exactly one such part: its gap with the other parts' sites (in its data plate) held at one draw from the
+        measurement's seed, the model conditioned on them (:mod:`.guide_list`): a gap conditional on those draws,
+        whose log p(x_n) is log p(x_n, held_n); the report's ``held_at_draws`` names the held sites.
     :param GapSettings settings: the Monte Carlo budget and q*'s stopping rule (defaults: GapSettings()); its
         ``seed`` keys every draw unless ``seed`` is given (``paired`` has nothing to pair here: the caller
         chooses the datapoints, and a seed per training run is the caller's to add).
@@ -164,26 +168,30 @@ def measure_gap(model, guide, *args, settings=None, refine_steps=(), seen=True, 
     :param bool progress: a progress bar per phase on stderr; without one, ``log`` (where given) gets a line as
         each phase begins.
     :returns: the dict of :func:`amortized_pyro.local.gaps.measure_factors` (summaries "mean", "stderr" over the
-        datapoints, and ``per_image`` values), with the posterior's extras.
+        datapoints, and ``per_image`` values), with the posterior's extras (and, for an AutoGuideList,
+        ``held_at_draws``).
     """
     settings, refine_steps, seed = checked_settings(settings), checked_steps(refine_steps), checked_seed(seed)
     check_draws(draws)
-    if not hasattr(guide, "structure"):  # a hand-written guide, Pyro's AutoGuideList: no factor to start q* from
-        why = ("the gap of a part of an AutoGuideList would need the other parts' sites held at their draws, which "
-               "it does not do" if isinstance(guide, AutoGuideList) else
-               "it reads the guide's factor of each datapoint, which a hand-written guide does not expose; build one "
-               "of the builders on the model to measure its gap")
-        raise GuideError("measure_gap takes a guide builder of amortized_pyro.autoguides, not %s: %s"
-                         % (type(guide).__name__, why))
+    held = None
+    if isinstance(guide, AutoGuideList):  # its builder part, on the model held at the other parts' draws
+        guide, model, held = held_at_draws(model, guide, args, kwargs, settings.seed if seed is None else seed)
+    elif not hasattr(guide, "structure"):  # a hand-written guide: no factor to start q* from
+        raise GuideError("measure_gap takes a guide builder of amortized_pyro.autoguides, not %s: it reads the "
+                         "guide's factor of each datapoint, which a hand-written guide does not expose; build one "
+                         "of the builders on the model to measure its gap" % type(guide).__name__)
     if guide.structure is None:  # a builder not called yet: read the model now
         with torch.no_grad():
             guide(*args, **kwargs)
     if any(refine_steps):
         guide.check_gaussian("refinement")
-    posterior = local_posterior(model, guide, args, kwargs, seen, draws)
+    posterior = (local_posterior(model, guide, args, kwargs, seen, draws) if held is None else
+                 TracedPosterior(model, guide, args, kwargs, seen, draws))  # the conditioned model's trace
     with pyro.validation_enabled(False) if posterior.unchecked else nullcontext():
         result = _measure(posterior, guide, settings, refine_steps, seed, progress, log)
     _refuse_nan(result)
+    if held is not None:
+        result["held_at_draws"] = held
     if result["kept_at_cap"]:
         warnings.warn("for %d of %d datapoints q*'s optimization from the guide's factor stopped at max_steps=%d "
                       "without beating it: their amortization gap reads 0, a lower bound, not a measurement "

@@ -14,6 +14,8 @@ Measured per run (one JSON line, :func:`run_one`):
     downstream         the example's own number (each model's ``downstream``)
     gap                measure_gap's amortization gap (mean, s.e. over its datapoints) on held-out datapoints (a
                        per-datapoint guide: on training ones), or ``gap_refused``: the one line of its refusal
+    gap_held           an AutoGuideList's gap (its builder part's, measure_gap holding the other parts' sites at one
+                       draw each from its seed): the held sites' names; the gap is conditional on those draws
     scale_link         the encoder's scale link, read from the built guide (None: none; lines recorded before this
                        field: their name says it, :func:`label`)
 
@@ -190,16 +192,18 @@ def score(setup, chunks, plate):
 
 
 def gap(setup, args, seen, draws="auto"):
-    """(amortization gap mean, its s.e., None) by measure_gap on the call ``setup.score_model(*args)`` (its
-    ``draws`` option), or (None, None, the refusal's line)."""
+    """(amortization gap mean, its s.e., None, the held sites) by measure_gap on the call ``setup.score_model(*args)``
+    (its ``draws`` option; the held sites: an AutoGuideList's other parts', the gap conditional on their draws, else
+    None), or (None, None, the refusal's line, None)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("once")  # a capped q*, a model not broadcast-safe: said once, not raised
             report = measure_gap(setup.score_model, setup.guide, *args, settings=GAP_SETTINGS, seen=seen,
                                  draws=draws)
     except Exception as error:  # noqa: BLE001 — every refusal is a result: its line goes in the table
-        return None, None, one_line(error)
-    return report["amortization_gap"]["mean"], report["amortization_gap"]["stderr"], None
+        return None, None, one_line(error), None
+    return (report["amortization_gap"]["mean"], report["amortization_gap"]["stderr"], None,
+            report.get("held_at_draws"))
 
 
 def diagnosed(setup, args, seen, draws="auto", with_data=None):
@@ -279,12 +283,14 @@ def run_one(spec, guide_name, seed, data, optimizer="example", steps=None, measu
     split = "test" if setup.serves_new else "train"
     record["gap_split"] = split
     first = getattr(spec, "first", lambda x, n: x[:n])  # the first n datapoints of a data tensor
-    record["gap"], record["gap_stderr"], record["gap_refused"] = gap(
+    record["gap"], record["gap_stderr"], record["gap_refused"], held = gap(
         setup, spec.chunks(first(data[split], GAP_POINTS))[0], seen=not setup.serves_new,
         draws=getattr(spec, "GAP_DRAWS", "auto"))
+    if held is not None:  # an AutoGuideList's builder part, the other parts' sites held at their draws
+        record["gap_held"] = held
     if measured if measured is not None else guide_name == DEFAULT:
         if setup.serves_new:  # the training split beside the held-out one (a per-datapoint guide's gap is on it)
-            record["train_gap"], record["train_gap_stderr"], record["train_gap_refused"] = gap(
+            record["train_gap"], record["train_gap_stderr"], record["train_gap_refused"], _ = gap(
                 setup, spec.chunks(first(data["train"], GAP_POINTS))[0], seen=True,
                 draws=getattr(spec, "GAP_DRAWS", "auto"))
         record["diagnose_split"] = split

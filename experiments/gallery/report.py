@@ -11,7 +11,8 @@ Every line is read under the name ``common.label`` gives it: an encoder builder'
 (``amortized+softplus``, the builder's default and the page's default A-VI guide, ``common.DEFAULT``;
 ``amortized+exp``), and the lines recorded before names said it (``amortized``, ``builder-body``, ...: all built with
 exp, then the default) are read with ``+exp``, their numbers untouched. Where a (model, guide, seed, optimizer,
-budget) was run again (the default's runs, again with the training-split gap and diagnose), the tables read the
+budget) was run again (the default's runs, again with the training-split gap and diagnose; M2's default again with the
+gap through its AutoGuideList, refused before), the tables read the
 latest line, and the page says whether the earlier ones' numbers were reproduced.
 """
 import argparse
@@ -27,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT, DIAGNOSE, ENCODERS, GAP_POINTS, label  # noqa: E402
-from run import MODELS  # noqa: E402
+from run import LIST_REFUSED, MODELS  # noqa: E402
 
 from amortized_pyro.support.jsonio import read_jsonl  # noqa: E402
 
@@ -37,6 +38,11 @@ COLUMNS = ("guide", "optimizer", "seeds run (stopped)", "train ELBO", "held-out 
 NUMBERS = ("steps", "stopped", "train_elbo", "heldout_elbo", "heldout_iw", "heldout_recon", "downstream", "gap",
            "gap_stderr", "gap_refused")
 """A line's measured numbers, those a run again of the same (model, guide, seed, optimizer, budget) should repeat."""
+GAP = ("gap", "gap_stderr", "gap_refused")
+"""The gap's of :data:`NUMBERS`: not compared where the earlier line's gap was refused as run.LIST_REFUSED."""
+BEFORE = (" (recorded before measure_gap measured an AutoGuideList's builder part with the other parts' sites held at "
+          "their draws; the default's lines were run again with it)")
+"""Said after a refusal of run.LIST_REFUSED in a model's list of refusals."""
 LARGE_GAP = 1.0
 """A large amortization gap: above 1 nat per datapoint (the issue's threshold for a builder's shortfall)."""
 CLOSES = {("vae", "builder-body+exp"): ("builder-body+hand-start+exp", "the builder's start: σ_n starting at "
@@ -50,7 +56,8 @@ CLOSES = {("vae", "builder-body+exp"): ("builder-body+hand-start+exp", "the buil
 def read(records):
     """(the lines the tables read: each under its label, the latest line of each (model, guide, seed, optimizer,
     budget); the repeats: (key, whether every earlier line's numbers are the latest's, the latest's ms/step ÷ the
-    first's or None) for each key run again)."""
+    first's or None, whether it was run again to measure a gap refused before as run.LIST_REFUSED: the gap's numbers
+    then not compared) for each key run again)."""
     latest, earlier = {}, defaultdict(list)
     for r in records:
         r = dict(r, guide=label(r), recorded_as=r["guide"])
@@ -58,11 +65,25 @@ def read(records):
         if key in latest:
             earlier[key].append(latest[key])
         latest[key] = r
-    repeats = [(key, all(all(old.get(f) == latest[key].get(f) for f in NUMBERS) for old in olds),
+    repeats = [(key, all(all(old.get(f) == latest[key].get(f) for f in NUMBERS if not (f in GAP and listed(old)))
+                         for old in olds),
                 latest[key]["ms_per_step"] / olds[0]["ms_per_step"]
-                if latest[key].get("ms_per_step") and olds[0].get("ms_per_step") else None)
+                if latest[key].get("ms_per_step") and olds[0].get("ms_per_step") else None,
+                any(listed(old) for old in olds) and not listed(latest[key]))
                for key, olds in earlier.items()]
     return list(latest.values()), repeats
+
+
+def listed(record):
+    """Whether a line's gap was refused as run.LIST_REFUSED (an AutoGuideList, before measure_gap measured one)."""
+    return LIST_REFUSED in (record.get("gap_refused") or "")
+
+
+def held_note(rows):
+    """' (given the draws of y)' where measure_gap held sites of these lines (an AutoGuideList's other parts'),
+    else ''."""
+    names = sorted({name for r in rows for name in r.get("gap_held") or ()})
+    return " (given the draws of %s)" % ", ".join(names) if names else ""
 
 
 def mean_se(values):
@@ -106,19 +127,22 @@ def model_table(runs, spec):
                     refusals[guide].add("training stopped (step %d of %d): %s" % (r["steps"] + 1, r["budget"],
                                                                                    r["stopped"]))
                 if r.get("gap_refused"):
-                    refusals[guide].add("measure_gap: " + r["gap_refused"])
+                    refusals[guide].add("measure_gap: " + r["gap_refused"] + (BEFORE if listed(r) else ""))
                 for field in ("train_gap", "khat", "calibration"):
                     if r.get(field + "_refused"):
                         refusals[guide].add("%s: %s" % ({"train_gap": "measure_gap on training datapoints",
                                                           "khat": "diagnose's k̂ (importance_diagnostics)",
                                                           "calibration": "diagnose's calibration (local_sbc)"}[field],
-                                                         r[field + "_refused"]))
+                                                         r[field + "_refused"]
+                                                         + (BEFORE if LIST_REFUSED in r[field + "_refused"] else "")))
             gaps = mean_se([r.get("gap") for r in done])
             if gaps == "—" and done and done[0].get("gap_refused"):
                 gaps = "refused"
             train_gaps = mean_se([r.get("train_gap") for r in done])
             if train_gaps == "—" and any(r.get("train_gap_refused") for r in done):
                 train_gaps = "refused"
+            gaps, train_gaps = (value + held_note(done) if value not in ("—", "refused") else value
+                                for value in (gaps, train_gaps))
             name = done[0]["downstream_name"] if done else ""
             lines.append("| %s | %s | %s (%d) | %s | %s | %s | %s | %s | %s | %s |" % (
                 guide, optimizer, ", ".join(str(r["seed"]) for r in rows), len(rows) - len(done),
@@ -270,7 +294,9 @@ def findings(all_runs, repeats=()):
         if done:
             train = [r for r in done if r.get("train_gap") is not None]
             held = [r["gap"] for r in done]
-            text = "%s %s held out" % (spec.NAME, mean_se(held))
+            conditional = getattr(spec, "GAP_CONDITIONAL", "conditional on the draws of its held sites")
+            text = "%s%s %s held out" % (spec.NAME, " (%s)" % conditional if any(r.get("gap_held") for r in done)
+                                         else "", mean_se(held))
             if train:
                 excess = [r["gap"] - r["train_gap"] for r in train]
                 share = mean(excess) / mean(r["gap"] for r in train)
@@ -289,8 +315,9 @@ def findings(all_runs, repeats=()):
                             else "not run" for link in ("exp", "softplus")))
         for model, optimizer in where
         if stops[(model, optimizer, "exp")][0] or stops[(model, optimizer, "softplus")][0]]
-    reproduced = sum(same for _, same, _ in repeats)
-    slower = sorted(ratio for _, _, ratio in repeats if ratio is not None)
+    reproduced = sum(same for _, same, _, _ in repeats)
+    slower = sorted(ratio for _, _, ratio, _ in repeats if ratio is not None)
+    remeasured = sum(gap for _, _, _, gap in repeats)
     out = ["* **Stops** of the encoder builders (A-VI, SA-VI, IA-VI, flow; a refusal at the first call, the model's, "
            "excluded), the earlier default exp scale link against the default softplus, runs of all seeds: %s; none "
            "elsewhere." % ("; ".join(stopped) or "none"),
@@ -311,12 +338,15 @@ def findings(all_runs, repeats=()):
            "at common.DIAGNOSE's budget, the first %d held-out datapoints): %s." % (
                GAP_POINTS, "; ".join(diagnosed) or "not run")]
     if repeats:
+        again = (" (%d of them, M2's, again to measure the gap through its AutoGuideList, refused before)" % remeasured
+                 if remeasured else "")
         out.append("* **Run again**: %d (model, guide, seed) lines of the default guide were run again to record the "
-                   "training-split gap and diagnose; %d of them repeated every number of the earlier line exactly "
-                   "(ELBOs, IW bound, downstream, held-out gap), %d did not. Their ms/step was %.1f× the earlier "
-                   "lines' (median over them; the CPU shared with other work): the ms/step ratios of lines run "
-                   "at different times carry that." % (len(repeats), reproduced, len(repeats) - reproduced,
-                                                      slower[len(slower) // 2] if slower else float("nan")))
+                   "training-split gap and diagnose%s; %d of them repeated every number of the earlier line exactly "
+                   "(ELBOs, IW bound, downstream, and the held-out gap where the earlier line measured it), %d did "
+                   "not. Their ms/step was %.1f× the earlier lines' (median over them; the CPU shared with other "
+                   "work): the ms/step ratios of lines run at different times carry that."
+                   % (len(repeats), again, reproduced, len(repeats) - reproduced,
+                      slower[len(slower) // 2] if slower else float("nan")))
     return out
 
 
@@ -391,7 +421,10 @@ def page(records, runs_path, figure_path):
             "and is not a bound on log p(x); compare LDA guides on topic recovery.",
             "* The amortization gap is measured by `measure_gap` on 16 datapoints with a small budget "
             "(`common.GAP_SETTINGS`: q* from at most 400 steps, 2 θ draws): a lower bound on the gap, with "
-            "standard errors over seeds, not over datapoints; a hand-written guide's gap is refused (below). The "
+            "standard errors over seeds, not over datapoints; a hand-written guide's gap is refused (below). M2's is "
+            "its AutoGuideList's builder part's, q(z | x), with y held at one draw per datapoint by the classifier "
+            "(the list's other part) and the model conditioned on it: a gap conditional on those draws (one per "
+            "datapoint), not the gap with y summed out as TraceEnum_ELBO sums it in training. The "
             "training and held-out gaps are taken on different datapoints (the first 16 of each split), so their "
             "difference holds the datapoints' spread too.",
             "* diagnose is run at a small budget (`common.DIAGNOSE`: k̂ from %d draws of z at %d θ draws, whose "

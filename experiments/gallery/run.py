@@ -3,8 +3,9 @@ hand-written guide and the package's builders, seeds given, one JSON line per (m
 (common.py's docstring says what each line measures). Resumable: a finished (model, guide, seed) line is kept,
 never redone; a line is read under its guide's name as common.label gives it (the names recorded before they said
 their scale link, with ``+exp``), and a line of the default A-VI guide (common.DEFAULT) counts as finished only
-where it holds what run_one now measures of it (the training-split gap and diagnose; a stopped run has nothing
-more): an older one is kept, and the run is added beside it.
+where it holds what run_one now measures of it (the training-split gap and diagnose, and M2's gap through its
+AutoGuideList, refused before: ``LIST_REFUSED``; a stopped run has nothing more): an older one is kept, and the run is
+added beside it.
 
     OMP_NUM_THREADS=1 python experiments/gallery/run.py vae --seeds 0 1 2 --out figures/gallery/runs.jsonl
     OMP_NUM_THREADS=1 python experiments/gallery/run.py all --out figures/gallery/runs.jsonl
@@ -28,11 +29,18 @@ MODELS = ("vae", "sparse_gamma", "scanvi", "lda", "prodlda", "dmm", "cevae", "ss
 """The gallery's model modules, in the order ``all`` runs them."""
 
 
+LIST_REFUSED = "the gap of a part of an AutoGuideList would need the other parts' sites held at their draws"
+"""What measure_gap said of an AutoGuideList before it measured the list's builder part with the other parts' sites
+held at their draws (M2's guides): a default-guide line whose gap holds it is run again, added beside it."""
+
+
 def complete(record):
     """Whether a line holds everything run_one now measures of its guide: all but the default A-VI guide's; the
-    default's where it stopped (nothing more to measure) or holds the training-split gap's and diagnose's fields."""
+    default's where it stopped (nothing more to measure) or holds the training-split gap's and diagnose's fields
+    and no gap refused as :data:`LIST_REFUSED` (measured now)."""
     return (label(record) != DEFAULT or record["stopped"] is not None
-            or "khat" in record or "khat_refused" in record)
+            or ("khat" in record or "khat_refused" in record)
+            and LIST_REFUSED not in (record.get("gap_refused") or ""))
 
 
 def main():

@@ -16,8 +16,12 @@ it would hold a prior draw of y), with ``encoder_input=0``; each under both scal
 (``+softplus``, the default, and ``+exp``). The builders' q(z | x) does not see y (the hand guide's q(z | x, y)
 does). The per-datapoint guide does not apply: the plate is the minibatch (``len(xs)``). One departure: the
 example's ``pyro.plate("data")`` has no size, which the builders refuse in one line ("the model's plate 'data' has
-no size: give it one"); written ``pyro.plate("data", len(xs))``. measure_gap takes no AutoGuideList (refused in one
-line). Downstream: the classifier's test accuracy on the 200 held-out images (the example's number).
+no size: give it one"); written ``pyro.plate("data", len(xs))``. The gap: measure_gap through the AutoGuideList
+measures its builder part, the classifier's y held at one draw per image from the measurement's seed and the model
+conditioned on it (a line's ``gap_held``): the gap of q(z | x) conditional on the classifier's draws of y, its
+log p(x_n) estimate log p(x_n, y_n); the lines of the other guides, recorded before measure_gap did this, hold its
+refusal of the list, and diagnose's k̂ and calibration still refuse it. Downstream: the classifier's test accuracy
+on the 200 held-out images (the example's number).
 """
 import torch
 from torch import nn
@@ -39,7 +43,10 @@ SWAP = """ssvae = SSVAE()
 guide = AutoGuideList(ssvae.model, create_plates=ssvae.plates)  # was: config_enumerate(ssvae.guide, "parallel")
 guide.append(AutoAmortizedNormal(poutine.block(ssvae.model, hide=["y", "y_aux"])))   # q(z | x)
 guide.append(ssvae.classify_part(guide))                                               # q(y | x), enumerated
-svi = SVI(ssvae.model, guide, pyro.optim.Adam({"lr": 4.2e-4}), TraceEnum_ELBO(max_plate_nesting=1))"""
+svi = SVI(ssvae.model, guide, pyro.optim.Adam({"lr": 4.2e-4}), TraceEnum_ELBO(max_plate_nesting=1))
+measure_gap(ssvae.model, guide, xs)  # the builder part's gap, y held at the classifier's draws"""
+GAP_CONDITIONAL = "conditional on the classifier's draws of y"
+"""What the gap of this model's AutoGuideList guides is conditional on (the page says it beside the gap)."""
 
 
 def mlp(sizes, out=None):
