@@ -53,7 +53,6 @@ unfinished run is skipped with a line), then writes the table OUT/probe.md: per 
 error over its seeds. ``table`` makes OUT/probe.md (its command first) again from the records alone.
 """
 import argparse
-import json
 import math
 import re
 import sys
@@ -67,6 +66,7 @@ from amortized_pyro.models.conditional import class_prior, one_hot
 from amortized_pyro.models.generation import draw_grid
 from amortized_pyro.report.class_accuracy import nearest_labels
 from amortized_pyro.runs.fit import finished_run
+from amortized_pyro.support.jsonio import append_jsonl, read_jsonl
 
 LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1)  # the probe's L2 weights tried
 DRAWS = 4  # draws z ~ q(z | x, c) per image for the probe on draws
@@ -311,8 +311,8 @@ def write_table(records, jsonl, out):
 
 
 def read_records(path):
-    path = Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """The records of ``path`` (:func:`~amortized_pyro.support.jsonio.read_jsonl`), none where it is not there yet."""
+    return read_jsonl(path) if Path(path).exists() else []
 
 
 def main():
@@ -342,8 +342,7 @@ def main():
             record = measured(run, args.seed)
         except AmortizedPyroError as error:
             sys.exit("cvae_probe.py: %s" % error)
-        with jsonl.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_jsonl(jsonl, record)
         print("%s: probe %.1f %% (from draws %.1f %%), I(z; c) >= %.2f nats, KL %.1f nats, %d active (> 0.1 nats), "
               "analogies %.1f %%, draws %.1f %%" % (run, 100 * record["probe_means"]["accuracy"],
                                          100 * record["probe_draws"]["accuracy"], record["probe_draws"]["bound"],
