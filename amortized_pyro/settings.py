@@ -27,27 +27,42 @@ KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true 
 
 def field_error(f, value):
     """What is wrong with ``value`` for field ``f`` (a line naming the field), or None."""
-    m, name = f.metadata, f.name
-    expected = f.type
+    return value_error(f.name, f.type, value, **f.metadata)
+
+
+def value_error(name, expected, value, low=None, open_low=False, high=None, open_high=False, choices=None,
+                parse=None, **_):
+    """What is wrong with ``value`` for the setting ``name`` of type ``expected`` under the rules of :func:`setting`
+    (a line naming it), or None."""
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         return "%s expects %s, got %r" % (name, KINDS.get(expected, "a " + expected.__name__), value)
-    if m["choices"] and value not in m["choices"]:
-        return "%s must be one of %s, got %r" % (name, ", ".join(m["choices"]), value)
-    if m["parse"]:
+    if choices and value not in choices:
+        return "%s must be one of %s, got %r" % (name, ", ".join(choices), value)
+    if parse:
         try:
-            m["parse"](value)
+            parse(value)
         except ValueError:
-            return "%s: cannot read %r (%s)" % (name, value, m["parse"].__doc__.strip().splitlines()[0])
+            return "%s: cannot read %r (%s)" % (name, value, parse.__doc__.strip().splitlines()[0])
     if expected is float and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
         return "%s must be a finite number of at most %.3g in size (float32), got %r" % (name, FLOAT32_MAX, value)
     if expected is int and abs(value) > INT64_MAX:
         return "%s must be at most %d in size (int64), got %r" % (name, INT64_MAX, value)
-    if m["low"] is not None and (value < m["low"] or (m["open_low"] and value == m["low"])):
-        return "%s must be %s %g, got %r" % (name, ">" if m["open_low"] else ">=", m["low"], value)
-    if m["high"] is not None and (value > m["high"] or (m["open_high"] and value == m["high"])):
-        return "%s must be %s %g, got %r" % (name, "<" if m["open_high"] else "<=", m["high"], value)
+    if low is not None and (value < low or (open_low and value == low)):
+        return "%s must be %s %g, got %r" % (name, ">" if open_low else ">=", low, value)
+    if high is not None and (value > high or (open_high and value == high)):
+        return "%s must be %s %g, got %r" % (name, "<" if open_high else "<=", high, value)
+    return None
+
+
+def repeated(values):
+    """The first value that ``values`` (a grid's list) holds twice, or None."""
+    seen = []  # a list, not a set: a value need not be hashable to be refused
+    for value in values:
+        if value in seen:
+            return value
+        seen.append(value)
     return None
 
 

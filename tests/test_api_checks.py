@@ -11,11 +11,14 @@ import torch
 
 import pyro
 
-from amortized_pyro import GapSettings, fit, load_data, load_run, measure_gap, measure_run, resume
+from amortized_pyro import (GapSettings, compare, fit, load_data, load_run, make_guide, measure_gap, measure_run,
+                            resume)
 from amortized_pyro.autoguides import AutoAmortizedNormal
 from amortized_pyro.autoguides.diagnose import importance_diagnostics
+from amortized_pyro.autoguides.inference_data import to_inference_data
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.gap.diagnose import diagnose_run
+from amortized_pyro.models.decoder import BayesianDecoderModel
 from conftest import tiny_finished_run
 from toy_models import LinearGaussian
 
@@ -159,3 +162,81 @@ def test_factor_and_reconstruct_refuse_images_of_another_size(finished, x, said)
         with pytest.raises(AmortizedPyroError, match="^%s" % re.escape(said)):
             call()
     assert factor(run.guide, torch.zeros(3, 784))[0].shape == (3, 3)  # z of 3 dimensions
+
+
+@pytest.mark.parametrize("given, said", [
+    (dict(seeds=[-1]), "seed must be >= 0, got -1"),  # trained a run of seed -1 before
+    (dict(seeds=[1.5]), "seed expects a whole number, got 1.5"),
+    (dict(seeds=[0, 0]), "seeds: 0 is given twice in [0, 0]"),  # the same run twice, in one folder
+    (dict(seeds=5), "seeds must be a list, got 5"),  # Python's TypeError before
+    (dict(guides="shared"), "guides must be a list, got 'shared'"),  # read as the guides 's', 'h', ... before
+    (dict(guides=["amortized"], widths=[0]), "width must be >= 1, got 0"),
+    (dict(guides=["amortized"], widths=[4, 4]), "widths: 4 is given twice in [4, 4]"),  # dropped without a word
+    (dict(datasets=[]), "give at least one dataset"),  # returned an empty table
+    (dict(gap_images=-1), "gap_images must be a whole number >= 0, got -1"),  # measured after training
+    (dict(replicas=0), "replicas must be a whole number >= 1, got 0"),
+    (dict(data_seed="a"), "data_seed must be a whole number >= 0, got 'a'"),
+    (dict(data_seed=2 ** 70), "data_seed must be at most 9223372036854775807 (int64), got 1180591620717411303424"),
+    (dict(gap_images=1, gap_settings={"max_steps": 3}), "gap_settings must be a GapSettings, got dict"),
+    (dict(overwrite="no"), "overwrite must be True or False, got 'no'"),  # read as True: the runs cleared
+    (dict(log="x"), "log must be a function taking a line (print, say), got 'x'"),
+    (dict(seed=3), "compare takes no setting seed (its settings are FitConfig's fields; guide, width, seed"),
+    (dict(out=""), "out must name a folder for the runs and results (None: nothing is written), got ''"),
+    (dict(ray_options={"cpus": 1}), "ray_options must be a dict of address, cpus_per_run, gpus_per_run, retries"),
+])
+def test_compare_refuses_before_reading_or_writing_anything(tmp_path, given, said):
+    out = tmp_path / "comparison"
+    grid = dict(guides=("shared",), widths=(4,), seeds=(0,), datasets=("mnist-sample",), out=out, epochs=1, n_obs=10,
+                n_test=2, allow_sample=True, **QUIET)
+    with pytest.raises(AmortizedPyroError, match="^%s" % re.escape(said)):
+        compare(**{**grid, **given})
+    assert not out.exists()
+
+
+def test_compare_refuses_two_datasets_of_the_same_images(tmp_path):
+    """mnist, not in data_dir, falls back to the sample: mnist-sample's runs twice, in one folder, before."""
+    with pytest.raises(AmortizedPyroError, match="^datasets 'mnist' and 'mnist-sample' both load mnist-sample"):
+        compare(guides=("shared",), seeds=(0,), datasets=("mnist", "mnist-sample"), data_dir=str(tmp_path),
+                download=False, epochs=1, n_obs=10, n_test=2, allow_sample=True, **QUIET)
+
+
+@pytest.mark.parametrize("given, said", [
+    (dict(num_samples=0), "num_samples must be a whole number >= 2, got 0"),  # an IndexError before
+    (dict(num_samples=1), "num_samples must be a whole number >= 2, got 1"),  # ArviZ's IndexError before
+    (dict(num_samples=2.5), "num_samples must be a whole number >= 2, got 2.5"),
+    (dict(seed=-1), "seed must be a whole number >= 0, got -1"),  # taken before
+    (dict(seed=None), "seed must be a whole number >= 0, got None"),  # torch's RuntimeError before
+    (dict(seed=2 ** 70), "seed must be at most 9223372036854775807 (int64), got 1180591620717411303424"),
+    (dict(draws="nope"), "draws must be one of 'auto', 'stacked', 'one-at-a-time'; got 'nope'"),
+    (dict(chunk=0), "chunk must be a whole number >= 1, got 0"),  # taken before
+    (dict(model="x"), "to_inference_data takes the Pyro model first (a callable), got str"),
+])
+def test_to_inference_data_refuses_before_drawing(toy, given, said):
+    model, guide = toy
+    given = dict(given)
+    with pytest.raises(AmortizedPyroError, match="^%s" % re.escape(said)):
+        to_inference_data(given.pop("model", model.model), guide, model.x, **{"num_samples": 4, **given})
+
+
+@pytest.mark.parametrize("family, given, said", [
+    (["amortized"], {}, "unknown guide ['amortized']: choose one of amortized, semi-amortized, iterative"),
+    ("shared", dict(width=0), "width must be >= 1, got 0"),  # taken by the guides without an encoder before
+    ("amortized", dict(width="x"), "width expects a whole number, got 'x'"),  # Python's TypeError before
+    ("amortized", dict(encoder="nope"), "encoder must be one of mlp, conv, got 'nope'"),  # a KeyError before
+    ("amortized", dict(encoder_layers=0), "encoder_layers must be >= 1, got 0"),  # an encoder of no layer before
+    ("amortized", dict(encoder_slope=math.nan), "encoder_slope must be a finite number"),
+    ("amortized", dict(flow="two"), "flow expects a whole number, got 'two'"),
+    ("semi-amortized", dict(refine_lr=math.nan), "refine_lr must be a finite number"),
+    ("iterative", dict(iterations=-1), "iterations must be >= 0, got -1"),
+    ("shared", dict(init_scale=0), "init_scale must be > 0, got 0.0"),  # taken before
+    ("shared", dict(qz_init="x"), "qz_init must be one of prior, random, got 'x'"),
+    ("shared", dict(objective="x"), "objective must be one of elbo, reference, got 'x'"),
+    ("per-datapoint", dict(seed=-1), "seed must be >= 0, got -1"),  # taken before
+    ("amortized", dict(encoder_label="no"), "encoder_label expects true or false, got 'no'"),  # read as True
+    ("amortized", dict(model="x"), "model must be the package's BayesianDecoderModel, got str"),  # AttributeError
+])
+def test_make_guide_refuses_what_a_fit_config_refuses(family, given, said):
+    given = dict(given)
+    model = given.pop("model", BayesianDecoderModel(10, 12, 2, 4))
+    with pytest.raises(AmortizedPyroError, match="^%s" % re.escape(said)):
+        make_guide(family, model, **{"width": 4, **given})

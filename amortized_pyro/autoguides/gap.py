@@ -41,10 +41,10 @@ from amortized_pyro.settings import INT64_MAX
 REFINE_SEED = 0  # an SA-VI or IA-VI guide refines its factor with z draws of this seed: a measurement the same every time
 
 
-def checked_settings(settings):
+def checked_settings(settings, name="settings"):
     """``settings`` (a :class:`GapSettings`; None: the defaults), checked; anything else refused in one line."""
     if settings is not None and not isinstance(settings, GapSettings):
-        raise GuideError("settings must be a GapSettings, got %s" % type(settings).__name__)
+        raise GuideError("%s must be a GapSettings, got %s" % (name, type(settings).__name__))
     return (settings or GapSettings()).check()
 
 
@@ -60,11 +60,11 @@ def checked_steps(refine_steps, name="refine_steps"):
     return [int(k) for k in steps]
 
 
-def checked_seed(seed):
+def checked_seed(seed, name="seed"):
     """``seed`` (None: the settings' own), a whole number in [0, int64's largest] (torch's generators overflow
-    beyond), or one line of :class:`GuideError`."""
-    if seed is not None and count("seed", seed, 0) > INT64_MAX:
-        raise GuideError("seed must be at most %d (int64), got %d" % (INT64_MAX, seed))
+    beyond), or one line of :class:`GuideError` naming it ``name``."""
+    if seed is not None and count(name, seed, 0) > INT64_MAX:
+        raise GuideError("%s must be at most %d (int64), got %d" % (name, INT64_MAX, seed))
     return seed
 
 

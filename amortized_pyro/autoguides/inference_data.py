@@ -22,9 +22,11 @@ import torch
 
 
 from amortized_pyro.autoguides.diagnose import built_guide, seeded_trace
-from amortized_pyro.autoguides.gap import TracedPosterior, guide_factor
+from amortized_pyro.autoguides.gap import TracedPosterior, checked_seed, guide_factor
 from amortized_pyro.autoguides.gap import theta_draws as keyed_theta_draws
-from amortized_pyro.autoguides.local_joint import LocalJoint
+from amortized_pyro.autoguides.local_joint import LocalJoint, check_draws
+from amortized_pyro.autoguides.options import count
+from amortized_pyro.errors import GuideError
 from amortized_pyro.local.diagnostics import pareto_khat
 from amortized_pyro.local.estimates import CHUNK, broadcast_factor, draw_log_weights
 from amortized_pyro.local.gaps import GapSettings
@@ -43,7 +45,17 @@ def to_inference_data(model, guide, *args, num_samples=500, seed=0, draws="auto"
     :param int num_samples: draws.
     :param int seed: keys every draw.
     :param str draws: how the model is run on many draws (:func:`~amortized_pyro.autoguides.measure_gap`'s option).
+    :param int chunk: rows (draws × datapoints) scored at a time.
+
+    Each argument is refused in one line of :class:`~amortized_pyro.errors.GuideError` before anything is drawn
+    (ArviZ's k̂ needs two draws: one ended in its IndexError, none in torch's, before; issue 71).
     """
+    if not callable(model):
+        raise GuideError("to_inference_data takes the Pyro model first (a callable), got %s" % type(model).__name__)
+    count("num_samples", num_samples, 2)
+    checked_seed(count("seed", seed))  # None too: it keys every draw
+    check_draws(draws)
+    count("chunk", chunk, 1)
     import arviz as az
     import xarray as xr
 

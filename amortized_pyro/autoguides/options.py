@@ -21,3 +21,10 @@ def positive(name, value, at_most=math.inf):
         raise GuideError("%s must be a finite number > 0%s, got %r"
                          % (name, "" if at_most == math.inf else " and <= %g" % at_most, value))
     return float(value)
+
+
+def switch(name, value):
+    """``value`` where it is True or False (not "no" nor 0, which Python's truth would read as a choice)."""
+    if not isinstance(value, bool):
+        raise GuideError("%s must be True or False, got %r" % (name, value))
+    return value

@@ -17,6 +17,7 @@ from amortized_pyro.cli.options import field_option, option_name
 from amortized_pyro.errors import AmortizedPyroError, Diverged, FixedSettings, Interrupted, InvalidSettings, RunExists
 from amortized_pyro.runs.config import FitConfig
 from amortized_pyro.runs.store import STARTED, kept_since, writes
+from amortized_pyro.settings import repeated
 
 
 DEBUG_ENV = "AMORTIZED_PYRO_DEBUG"
@@ -226,16 +227,6 @@ class OutPath(click.Path):
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path: give a folder or file name", param, ctx)
         return super().convert(value, param, ctx)
-
-
-def repeated(values):
-    """The first value that ``values`` holds twice, or None."""
-    seen = set()
-    for value in values:
-        if value in seen:
-            return value
-        seen.add(value)
-    return None
 
 
 def comma_separated(low=None, required=False, kind=int, check=None, high=None):

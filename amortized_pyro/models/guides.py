@@ -38,7 +38,8 @@ from amortized_pyro.autoguides.refining import AutoIterativeAmortizedNormal, Aut
 from amortized_pyro.autoguides.objectives import OBJECTIVES, q_normal
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.conditional import PRIOR_SITES
-from amortized_pyro.models.decoder import data_plate
+from amortized_pyro.models.decoder import BayesianDecoderModel, data_plate
+from amortized_pyro.models.guide_options import check_options
 from amortized_pyro.models.networks import LEAKY_SLOPE
 from amortized_pyro.models.modules import LocalModule
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE, QThetaNormal, QThetaPoint
@@ -257,12 +258,14 @@ def make_guide(family, model, *, width=128, init_scale=THETA_INIT_SCALE, encoder
     flow transforms after the Gaussian factor (amortized, per-datapoint, shared),
     ``objective`` how q is scored, ``encoder`` the encoder's body (:data:`~amortized_pyro.autoguides.encoders.ENCODERS`:
     ``mlp`` or ``conv``, on the model's ``image_shape``; a conditional model's encoder reads [x, one-hot(c)], or x
-    alone with ``encoder_label=False``). A FitConfig checks these values before a run; here only what would
-    otherwise fail obscurely is refused."""
-    if family not in FAMILIES:
+    alone with ``encoder_label=False``). Each option is refused in one line, before anything is built, by its rule in
+    :data:`~amortized_pyro.models.guide_options.RULES`, which the command line's option of its name shares."""
+    given = {k: v for k, v in locals().items() if k not in ("family", "model")}  # the options, as called
+    if not isinstance(family, str) or family not in FAMILIES:
         raise AmortizedPyroError("unknown guide %r: choose one of %s" % (family, ", ".join(GUIDES)))
-    if FAMILIES[family].encoder and width < 1:
-        raise AmortizedPyroError("the encoder width must be at least 1, got %r" % width)
+    if not isinstance(model, BayesianDecoderModel):
+        raise AmortizedPyroError("model must be the package's BayesianDecoderModel, got %s" % type(model).__name__)
+    check_options(given, make_guide.__kwdefaults__)
     every = model.local_terms == "all"
     point = model.decoder_prior == "none"  # no prior on θ: a point estimate (init_scale unused)
     q_theta = QThetaPoint(model.shapes, zero=PRIOR_SITES) if point else QThetaNormal(model.shapes, init_scale)

@@ -16,16 +16,12 @@ import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from amortized_pyro.autoguides.encoders import ENCODERS
-from amortized_pyro.autoguides.factors import FREE_INITS, REFINE_GRADS
-from amortized_pyro.autoguides.objectives import OBJECTIVES
 from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.inference.svi import ESTIMATORS
-from amortized_pyro.local.optimize import REFINE_OPTIMIZERS
-from amortized_pyro.local.partial import SCORES
 from amortized_pyro.models.conditional import CLASS_PRIORS, DECODER_LABELS
 from amortized_pyro.models.decoder import DECODER_PRIORS, LIKELIHOODS, LOCAL_TERMS
 from amortized_pyro.models.networks import DECODERS
+from amortized_pyro.models.guide_options import RULES
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES
 from amortized_pyro.models.q_theta import THETA_INIT_SCALE
 from amortized_pyro.settings import Checked, field_error, setting
@@ -83,35 +79,33 @@ class FitConfig(Checked):
                          "by a network of the local ELBO's gradient, IA-VI: Marino et al. 2018), per-datapoint (F-VI) "
                          "or shared (constant-VI).",
                          choices=GUIDES, grid=True)
-    width: int = setting(128, "Encoder width k of the encoder guides (amortized, semi-amortized, iterative).", low=1,
-                         grid=True)
+    width: int = setting(128, "Encoder width k of the encoder guides (amortized, semi-amortized, iterative).",
+                         grid=True, **RULES["width"])
     encoder_layers: int = setting(2, "Hidden layers of the encoder (1 in the reference study's code, 2 in its "
-                                 "authors' original).", low=1)
+                                 "authors' original).", **RULES["encoder_layers"])
     encoder_slope: float = setting(0.2, "Negative slope of the encoder's LeakyReLU (0.04 reproduces the tutorial's "
-                                  "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", low=0)
+                                  "one-hidden-layer encoder, which applies LeakyReLU(0.2) twice).", **RULES["encoder_slope"])
     refine_steps: int = setting(5, "SA-VI: steps refining the encoder's factor on the local ELBO, per "
-                               "minibatch (0: A-VI exactly).", low=0)
-    refine_lr: float = setting(1e-2, "SA-VI: learning rate of the refinement steps.", low=0, open_low=True)
+                               "minibatch (0: A-VI exactly).", **RULES["refine_steps"])
+    refine_lr: float = setting(1e-2, "SA-VI: learning rate of the refinement steps.", **RULES["refine_lr"])
     refine_grad: str = setting("straight-through", "SA-VI: how the encoder's gradient passes the refinement: "
                               "straight-through (the refined factor's gradient applied to the encoder's output) or "
-                              "unrolled (through every step, as Kim et al. 2018).", choices=REFINE_GRADS)
+                              "unrolled (through every step, as Kim et al. 2018).", **RULES["refine_grad"])
     refine_optimizer: str = setting("adam", "SA-VI: the refinement's optimizer: adam, or sgd-momentum (Kim et al. "
                                     "2018's inner loop: momentum 0.5, each image's gradient clipped to norm 5; "
-                                    "its learning rate --refine-lr, chosen by bench/archive/refine_sweep.py).",
-                                    choices=REFINE_OPTIMIZERS)
+                                    "its learning rate --refine-lr, chosen by bench/archive/refine_sweep.py).", **RULES["refine_optimizer"])
     refine_share: float = setting(1.0, "SA-VI: refine only this share of each minibatch's images, those with the "
-                                  "highest --refine-score (1: all; the others keep the encoder's factor).", low=0,
-                                  high=1, open_low=True)
+                                  "highest --refine-score (1: all; the others keep the encoder's factor).", **RULES["refine_share"])
     refine_score: str = setting("spread", "SA-VI with --refine-share below 1: which images count as worst: spread "
                                 "(of 8 log importance weights), khat (their Pareto k̂) or elbo (the lowest local "
-                                "ELBO).", choices=SCORES)
+                                "ELBO).", **RULES["refine_score"])
     flow: int = setting(0, "Normalizing-flow transforms K after q(z_n)'s Gaussian factor (masked autoregressive, "
                        "through Zuko; conditioned on the encoder's features for A-VI, unconditional for F-VI and "
-                       "constant-VI; they start as the identity); 0: Gaussian.", low=0)
+                       "constant-VI; they start as the identity); 0: Gaussian.", **RULES["flow"])
     iterations: int = setting(5, "Iterative: updates T of the encoder's factor by the update network, each "
-                             "iteration's local ELBO trained (0: A-VI exactly).", low=0)
-    seed: int = setting(0, "Seeds data subsets, binarization, initialisation and sampling.", low=0, high=2 ** 32 - 1,
-                       grid=True)
+                             "iteration's local ELBO trained (0: A-VI exactly).", **RULES["iterations"])
+    seed: int = setting(0, "Seeds data subsets, binarization, initialisation and sampling.",
+                       grid=True, **RULES["seed"])
     dataset: str = setting("mnist", "mnist, fashion-mnist, cifar10, svhn, mnist-sample (shipped, offline), a "
                           "folder of IDX files, of CIFAR-10's python batches (cifar-10-batches-py) or of SVHN's "
                           "train_32x32.mat / test_32x32.mat, or a .npy/.npz file of images.", grid=True)
@@ -137,7 +131,7 @@ class FitConfig(Checked):
                           "height and width multiples of 4).", choices=tuple(DECODERS))
     encoder: str = setting("mlp", "The encoder's body (A-VI, SA-VI): mlp (the flattened image through "
                           "--encoder-layers layers of width k) or conv (two convolutions, 32 and 64 channels, "
-                          "kernel 4, stride 2, then --encoder-layers layers of width k).", choices=tuple(ENCODERS))
+                          "kernel 4, stride 2, then --encoder-layers layers of width k).", **RULES["encoder"])
     decoder_prior: str = setting("normal", "normal: Normal(0, prior-scale²) on every decoder weight and bias, q(θ) "
                                 "mean-field (the Bayesian decoder). none: θ point-estimated with no prior, q(θ) "
                                 "a point mass started at torch's Linear initialisation (a standard VAE, as Cremer et "
@@ -151,17 +145,16 @@ class FitConfig(Checked):
                                "site (Bayesian as the decoder: a Normal prior and mean-field q; point estimates with "
                                "--decoder-prior none).", choices=CLASS_PRIORS)
     encoder_label: bool = setting(True, "A conditional model's encoder reads the label, q(z | x, c) (Sohn et al.); "
-                                  "--no-encoder-label: q(z | x), the image alone.")
+                                  "--no-encoder-label: q(z | x), the image alone.", **RULES["encoder_label"])
     decoder_label: str = setting("input", "Where a conditional model's decoder reads the label: input, [z, "
                                  "one-hot(c)] (Sohn et al.), or every-layer, each hidden layer's output [h, "
                                  "one-hot(c)] too (the mlp decoder).", choices=DECODER_LABELS)
     z_dim: int = setting(64, "Latent dimension.", low=1)
     hidden: int = setting(256, "Decoder hidden width H.", low=1)
-    init_scale: float = setting(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).",
-                               low=0, open_low=True)
+    init_scale: float = setting(THETA_INIT_SCALE, "Initial std of q(θ) (e^-2 in the studies' code).", **RULES["init_scale"])
     qz_init: str = setting("prior", "Start of the per-datapoint and shared q(z): prior (μ 0, σ 1) or random "
                           "(the studies' code: μ ~ N(0,1), log σ ~ N(0,1) − 1 per datapoint; μ, log σ ~ "
-                          "N(0,1) shared).", choices=FREE_INITS)
+                          "N(0,1) shared).", **RULES["qz_init"])
     epochs: int = setting(5000, "Passes over the N training images.", low=1)
     batch_size: int = setting(1000, "Minibatch size B; local ELBO terms are scaled by N/B. B >= N trains on "
                              "the full batch.", low=1)
@@ -176,8 +169,7 @@ class FitConfig(Checked):
                             "ELBO: their log q takes variances and is given standard deviations, so every "
                             "coordinate of q(θ) and q(z) is scored as N(m, s) with variance s (not s²), −log q = "
                             "½ log s + ½ s ε² + const; this weakens the entropy's push on log s (½ + s/2 instead "
-                            "of 1) and shrinks q. Draws are unchanged; the true ELBO is still recorded.",
-                            choices=OBJECTIVES)
+                            "of 1) and shrinks q. Draws are unchanged; the true ELBO is still recorded.", **RULES["objective"])
     local_terms: str = setting("minibatch", "minibatch: the z terms log p(z_n) − log q(z_n) of the minibatch, "
                               "scaled by N/B (an unbiased ELBO estimate). all: those of all N images at every "
                               "step, unscaled, as the authors' code (the likelihood stays the minibatch's, "

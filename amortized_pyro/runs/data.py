@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from amortized_pyro.autoguides.options import count
+from amortized_pyro.autoguides.options import count, switch
 from amortized_pyro.errors import AmortizedPyroError
 from amortized_pyro.models.networks import default_image_shape
 from amortized_pyro.runs.formats import (CIFAR_FOLDER, SVHN_FILES, joined, read_array_file, read_cifar_folder,
@@ -213,8 +213,7 @@ def load_data(dataset="mnist", data_dir="data", n_obs=10000, n_test=1000, seed=0
     n_obs, n_test, seed = count("n_obs", n_obs, 1), count("n_test", n_test, 0), count("seed", seed, 0)
     for name, value in (("download", download), ("binarize", binarize), ("allow_sample", allow_sample),
                         ("grayscale", grayscale)):
-        if not isinstance(value, bool):  # binarize="yes" was taken as True (issue 71)
-            raise AmortizedPyroError("%s must be True or False, got %r" % (name, value))
+        switch(name, value)  # binarize="yes" was taken as True (issue 71)
     if dataset in NAMED:
         try:
             pool = read_torchvision(dataset, data_dir, download)

@@ -8,18 +8,22 @@ ones asked for (:func:`plan`). The runs go one after another in this process or 
 :class:`~amortized_pyro.study.results.Results` table, assembled in grid order.
 """
 import json
+import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from amortized_pyro.errors import AmortizedPyroError
+from amortized_pyro.autoguides.gap import checked_seed, checked_settings
+from amortized_pyro.autoguides.options import count, switch
+from amortized_pyro.errors import AmortizedPyroError, InvalidSettings
 from amortized_pyro.gap.measure import measure_run
 from amortized_pyro.inference.evaluation import reconstruct
 from amortized_pyro.local.gaps import GapSettings
 from amortized_pyro.models.conditional import model_data
 from amortized_pyro.models.guides import ENCODER_GUIDES, GUIDES, config_label
 from amortized_pyro.runs.config import FitConfig, check_values, first_difference
+from amortized_pyro.settings import repeated
 from amortized_pyro.runs.data import load_data
 from amortized_pyro.runs.layout import gap_report_path, grid_run_dir
 from amortized_pyro.runs.packs import is_pack
@@ -29,6 +33,7 @@ from amortized_pyro.study.executors import Job, import_ray, run_local, run_ray
 from amortized_pyro.study.results import Results
 
 EXECUTORS = ("local", "ray")
+RAY_OPTIONS = ("address", "cpus_per_run", "gpus_per_run", "retries")  # run_ray's settings
 
 
 def configurations(guides, widths):
@@ -40,6 +45,24 @@ def configurations(guides, widths):
     check_values("guide", guides)
     check_values("width", widths if encoders else [])
     return [(g, w) for g in GUIDES if g in guides for w in (sorted(set(widths)) if g in ENCODER_GUIDES else [None])]
+
+
+def grid_lists(guides, widths, seeds, datasets):
+    """The grid's lists, refused in one line as the command line refuses them: not a list (a string is one value),
+    a value FitConfig's rules refuse (that field's: guide, width, seed, dataset), a value given twice (it made the
+    same runs twice, or was dropped without a word; issue 71)."""
+    lists = []
+    for name, values in (("guides", guides), ("widths", widths), ("seeds", seeds), ("datasets", datasets)):
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise AmortizedPyroError("%s must be a list, got %r" % (name, values))
+        values = check_values(name[:-1], list(values))
+        if not values and name in ("seeds", "datasets"):  # no guide, or no width for an encoder: configurations
+            raise AmortizedPyroError("give at least one %s" % name[:-1])
+        twice = repeated(values)
+        if twice is not None:
+            raise AmortizedPyroError("%s: %r is given twice in %r" % (name, twice, values))
+        lists.append(values)
+    return lists
 
 
 def plan(job, overwrite):
@@ -125,14 +148,35 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
     with ``gap_settings`` (a :class:`~amortized_pyro.local.gaps.GapSettings`; default and the command line's: COMPARE_GAP).
     ``replicas`` > 1 trains each configuration's seeds that many at a time as one batched model (local
     executor; :func:`~amortized_pyro.study.executors.run_local`): the same runs, the same results.
+    Each argument is refused in one line, as the command line refuses it, before anything is read or written.
     """
+    fields = FitConfig.__dataclass_fields__
+    unknown = [k for k in config if k not in fields or fields[k].metadata["grid"]]  # a seed= was ignored (issue 71)
+    if unknown:
+        raise InvalidSettings("compare takes no setting %s (its settings are FitConfig's fields; guide, width, seed "
+                              "and dataset are the grid's lists guides, widths, seeds, datasets)"
+                              % ", ".join(unknown), unknown)
     base = FitConfig(**config).check()
-    grid = configurations(list(guides), list(widths))
-    if not seeds:
-        raise AmortizedPyroError("give at least one seed")
+    guides, widths, seeds, datasets = grid_lists(guides, widths, seeds, datasets)
+    grid = configurations(guides, widths)
     if executor not in EXECUTORS:
         raise AmortizedPyroError("unknown executor %r: choose local or ray" % executor)
-    out = Path(out) if out else None
+    if out is not None and not (isinstance(out, (str, os.PathLike)) and str(out).strip()):  # '' was None
+        raise AmortizedPyroError("out must name a folder for the runs and results (None: nothing is written), got %r"
+                                 % (out,))
+    checked_seed(count("data_seed", data_seed), "data_seed")
+    count("gap_images", gap_images)
+    count("replicas", replicas, 1)
+    gap_settings = checked_settings(COMPARE_GAP if gap_settings is None else gap_settings, "gap_settings")
+    for name, value in (("progress", progress), ("overwrite", overwrite), ("allow_sample", allow_sample)):
+        switch(name, value)  # overwrite="no" read as True, clearing the runs
+    if not isinstance(study, str):
+        raise AmortizedPyroError("study must be a string (the name figure titles show), got %r" % (study,))
+    if not callable(log):
+        raise AmortizedPyroError("log must be a function taking a line (print, say), got %r" % (log,))
+    if ray_options is not None and not (isinstance(ray_options, dict) and set(ray_options) <= set(RAY_OPTIONS)):
+        raise AmortizedPyroError("ray_options must be a dict of %s, got %r" % (", ".join(RAY_OPTIONS), ray_options))
+    out = Path(out) if out is not None else None
     if executor == "ray" and replicas > 1:
         raise AmortizedPyroError("replicas pack seeds into one process: use the local executor")
     if (executor == "ray" or gap_images) and out is None:
@@ -146,10 +190,14 @@ def compare(guides=GUIDES, widths=WIDTHS, seeds=(0, 1, 2, 3, 4), datasets=("mnis
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise AmortizedPyroError("cannot create %s: %s" % (out, e.strerror or e)) from None
-    jobs = []
+    jobs, loaded = [], {}
     for requested in datasets:
         data = load_data(requested, base.data_dir, base.n_obs, base.n_test, data_seed, base.download, log,
                          binarize=base.binarize, allow_sample=allow_sample, grayscale=base.grayscale)
+        if data.name in loaded:  # the same runs twice, in one folder
+            raise AmortizedPyroError("datasets %r and %r both load %s: give it once"
+                                     % (loaded[data.name], requested, data.name))
+        loaded[data.name] = requested
         for guide, width in grid:
             for seed in seeds:
                 config = replace(base, guide=guide, width=width or base.width, seed=seed, dataset=data.name)
