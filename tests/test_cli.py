@@ -166,7 +166,7 @@ def test_a_run_written_before_q_thetas_renaming_loads_and_resumes_as_it_was(tmp_
     the log-scales); such a run reads as format 3 (q_theta.loc, q_theta.log_scale) and resumes exactly as the
     same run written today."""
     from amortized_pyro.runs.fit import load_run, resume
-    from amortized_pyro.runs.store import RENAMED_IN_3
+    from amortized_pyro.runs.checkpoints import RENAMED_IN_3
     from conftest import tiny_finished_run
     new = tiny_finished_run(tmp_path / "new")
     old = tmp_path / "old"

@@ -22,10 +22,10 @@ from amortized_pyro.models.decoder import BayesianDecoderModel
 from amortized_pyro.models.guides import make_guide
 from amortized_pyro.runs.config import FitConfig, check_stop_gain, parse_every
 from amortized_pyro.runs.data import checked_data
+from amortized_pyro.runs.checkpoints import load_guide_state, restore
 from amortized_pyro.runs.images import data_info, prepare_data, run_data
 from amortized_pyro.runs.summary_text import format_fit
-from amortized_pyro.runs.store import (RunWriter, describe, load_guide_state, read_checkpoint, read_info, read_run,
-                                       restore, run_status)
+from amortized_pyro.runs.store import RunWriter, describe, read_checkpoint, read_info, read_run, run_status
 from amortized_pyro.support.devices import resolve_device
 
 
