@@ -72,7 +72,10 @@ def test_masked_rows_do_not_drift(name):
     guide(seqs, mask)
     before, _ = masked_scales(guide, seqs, mask)
     svi = SVI(dmm, guide, pyro.optim.Adam({"lr": 1e-2}), Trace_ELBO())
-    losses = [svi.step(seqs, mask) for _ in range(300)]
+    # 100 steps (IA-VI: 300): with the guide's log q unmasked (tried: q.mask(...) dropped in base.py) the amortized
+    # and SA-VI guides' masked σ reach 37 and 20 times the unmasked ones' by then (0.75 at most with it; 3 asked)
+    # and the per-datapoint guide's masked rows move; IA-VI's drift slower: 3.3 times at 300 steps (2.3 with it)
+    losses = [svi.step(seqs, mask) for _ in range(300 if name == "iterative" else 100)]
     assert all(math.isfinite(loss) for loss in losses)
     masked, kept = masked_scales(guide, seqs, mask)
     assert torch.isfinite(masked).all()

@@ -58,9 +58,9 @@ def test_stock_svi_trains_each_builder_in_each_plate_style(toy, name, style, glo
             return toy.elbo(toy.x, *guide.local_factor(everyone, (toy.x,), {}, {})).sum()
     if style == "plain":
         before = closed_form_elbo()
-    for _ in range(150):
+    for _ in range(50):
         svi.step(*args)
-    if style == "plain":  # training improved q (by tens of nats here; 1 nat asked)
+    if style == "plain":  # training improved q (by 9 to 226 nats in these 50 steps; 1 nat asked)
         assert closed_form_elbo() > before + 1.0, (before, closed_form_elbo())
     guide_trace = poutine.trace(guide).get_trace(*args)
     model_trace = poutine.trace(poutine.replay(model, guide_trace)).get_trace(*args)
@@ -117,9 +117,13 @@ def test_linear_gaussian_reaches_closed_form_optimum(cls, kwargs, global_param_s
     pyro.set_rng_seed(1)
     toy = LinearGaussian(N, DX, DZ, sigma=0.5, correlation=0.0)
     guide = cls(toy.model, **kwargs)
-    svi = SVI(toy.model, guide, pyro.optim.ClippedAdam({"lr": 0.05, "lrd": 0.997}),
+    # the per-datapoint factors are there in 500 steps (the learning rate decayed as fast, to the same 5.5e-4: the
+    # worst of the checks below then at 0.25 of its bound); the encoder's regression takes 1,500 (at 750: 3.8 times
+    # the gap's bound)
+    steps = 500 if cls is AutoPerDatapointNormal else 1500
+    svi = SVI(toy.model, guide, pyro.optim.ClippedAdam({"lr": 0.05, "lrd": 0.997 ** (1500 / steps)}),
               TraceMeanField_ELBO(num_particles=16, vectorize_particles=True))
-    for _ in range(1500):
+    for _ in range(steps):
         svi.step(toy.x)
     with torch.no_grad():
         loc, scale = guide.local_factor(torch.arange(N), (toy.x,), {}, {})

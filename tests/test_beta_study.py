@@ -1,8 +1,7 @@
 """experiments/beta_study.py's report on two tiny finished runs of the shapes (β 1 and 4): its table holds each
-β's row with the identity E_q log p(x|z) = ELBO + KL, the MIG, and its figure the points it plots."""
+β's row with the identity E_q log p(x|z) = ELBO + KL, the MIG, and its figure the points it plots. The fits and
+the report run in this process, as python would run them (tests/in_process.py)."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image
@@ -10,6 +9,8 @@ import numpy as np
 import pytest
 
 from amortized_pyro.runs.shapes import write_shapes
+
+from in_process import run_cli, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,15 +20,13 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("beta")
     shapes = write_shapes(tmp / "shapes.npz", 300, 60, seed=0)
     for beta in (1, 4):
-        done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", "--config", "experiments/beta-study.toml",
-                               "--dataset", str(shapes), "--n-obs", "300", "--n-test", "60", "--batch-size", "100",
-                               "--hidden", "32", "--width", "16", "--epochs", "2", "--eval-every", "2",
-                               "--kl-weight", str(beta), "--no-progress",
-                               "--out", str(tmp / "runs" / ("shapes-standard-b%d-s0" % beta))],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = run_cli("fit", "--config", "experiments/beta-study.toml", "--dataset", shapes, "--n-obs", "300",
+                       "--n-test", "60", "--batch-size", "100", "--hidden", "32", "--width", "16", "--epochs", "2",
+                       "--eval-every", "2", "--kl-weight", beta, "--no-progress",
+                       "--out", tmp / "runs" / ("shapes-standard-b%d-s0" % beta), cwd=ROOT)
         assert done.returncode == 0, done.stderr
-    done = subprocess.run([sys.executable, "experiments/beta_study.py", "report", str(tmp / "runs"), "--shapes",
-                           str(shapes), "--out", str(tmp / "out")], cwd=ROOT, capture_output=True, text=True)
+    done = run_python("experiments/beta_study.py", "report", tmp / "runs", "--shapes", shapes, "--out", tmp / "out",
+                      cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return tmp / "out"
 

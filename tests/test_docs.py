@@ -5,8 +5,6 @@ has, and every ``experiments/...`` or ``bench/...`` path they name exists."""
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -14,6 +12,7 @@ import click
 import pytest
 
 from amortized_pyro.cli.commands import cli
+from fresh_python import FreshPython
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -341,9 +340,20 @@ def test_every_python_block_is_found_and_every_skip_says_why():
     assert all(why for _, _, why in (b.values for b in BLOCKS) if why is not None), "a not-run marker without a reason"
 
 
+@pytest.fixture(scope="module")
+def fresh_python():
+    """New Python processes for the blocks, forked from one that imported torch, Pyro and the other third-party
+    libraries once (tests/fresh_python.py: each block's own imports of the package run in its process), in the
+    environment a block runs in: one torch thread, matplotlib's Agg."""
+    server = FreshPython(dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg"))
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("page, code, why", BLOCKS)
-def test_python_block_runs_alone(page, code, why, tmp_path):
-    """Each ```python block of the README and docs/*.md, alone in a fresh Python process, in an empty folder (with
+def test_python_block_runs_alone(page, code, why, tmp_path, fresh_python):
+    """Each ```python block of the README and docs/*.md, alone in a fresh Python process (one forked from a process
+    that imported only third-party libraries: the fresh_python fixture), in an empty folder (with
     experiments/ for the presets; a block writing runs/... writes there): it must run to its end. A block marked
     ``<!-- not run: why -->`` (a finished run, a GPU, a network) is skipped, its reason reported."""
     name = str(page.relative_to(ROOT))
@@ -353,12 +363,10 @@ def test_python_block_runs_alone(page, code, why, tmp_path):
         pytest.skip("%s: not run alone: %s" % (name, NOTEBOOK_PAGES[name]))
     (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     (tmp_path / "block.py").write_text(code)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
     # the README's and the API page's blocks that write a run (out=) run twice: a reader runs them again (issue 71:
     # RunExists)
     for _ in range(2 if "out=" in code and name in ("README.md", "docs/python-api.md") else 1):
-        result = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=BLOCK_SECONDS)
+        result = fresh_python.run(tmp_path / "block.py", timeout=BLOCK_SECONDS)
         assert result.returncode == 0, "%s does not run alone:\n%s" % (name, result.stderr[-3000:])
         # Pyro's INFO line where an ELBO guesses its plates: noise a reader copies (issue 71)
         assert "Guessed max_plate_nesting" not in result.stderr, name

@@ -64,6 +64,13 @@ def handwritten_draw(case, q_theta, q_z, scale=N / B, x=None):
     return handwritten_elbo(case, x, q_theta, q_z, *draw(q_theta, q_z), scale)
 
 
+def handwritten_draws(case, q_theta, q_z, x, count, scale=N / B):
+    """``count`` independent draws of :func:`handwritten_draw`, the oracle's code run on each draw by torch.func.vmap
+    (its own fresh noise per draw: ``randomness="different"``) rather than in a Python loop (40× faster)."""
+    return torch.func.vmap(lambda _: handwritten_draw(case, q_theta, q_z, scale, x), randomness="different")(
+        torch.arange(count))
+
+
 def step_args(case, x, idx):
     """The model's and guide's arguments: (x, idx), and the warm-up scale where the case has one."""
     return (x, idx) if case[2] is None else (x, idx, torch.tensor(case[2]))
@@ -146,13 +153,15 @@ def test_mean_of_pyro_elbo_draws_matches_handwritten_mean(setup):
     case, model, guide, x, idx = setup
     args = step_args(case, x, idx)
     q_theta, q_z = oracle_q(guide, x, idx)
-    particles, calls = 10, 300
+    # 3,000 draws each side: Pyro's as 30 calls of 100 vectorized particles (not 300 of 10: the same estimator, the
+    # same standard error of the mean, an eighth of the time)
+    particles, calls = 100, 30
     elbo = make_elbo(particles=particles)
     pyro.set_rng_seed(2)
     with torch.no_grad():
         pyro_draws = torch.stack([-elbo.differentiable_loss(model, guide, *args) for _ in range(calls)])
-        oracle_draws = torch.stack([handwritten_draw(case, q_theta, q_z, x=x) for _ in range(particles * calls)])
-        unscaled = torch.stack([handwritten_draw(case, q_theta, q_z, scale=1.0, x=x) for _ in range(particles * calls)])
+        oracle_draws = handwritten_draws(case, q_theta, q_z, x, particles * calls)
+        unscaled = handwritten_draws(case, q_theta, q_z, x, particles * calls, scale=1.0)
     se = math.sqrt(pyro_draws.var().item() / calls + oracle_draws.var().item() / len(oracle_draws))
     assert abs(pyro_draws.mean().item() - oracle_draws.mean().item()) < 4 * se
     # the test has power: forgetting the N/B scaling of the local terms would be caught

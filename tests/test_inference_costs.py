@@ -1,18 +1,19 @@
 """experiments/inference_costs.py in two steps (issue 49, item 6): `measure` keeps every round's time in a file and
 never overwrites one; `table` draws inference.md from that file alone (medians, ratios to A-VI's), so the table can
 be made again from what is committed. The timing itself (a trained run's inference) is exercised by the remedies
-study; here the records are written by hand with known medians."""
+study; here the records are written by hand with known medians. The script and the fits run in this process, as
+python would run them (tests/in_process.py): none of these tests is about processes."""
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from in_process import run_cli, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "inference_costs.py"
 
 
 def script(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=cwd, capture_output=True, text=True)
+    return run_python(SCRIPT, *args, cwd=cwd)
 
 
 def record(label, how, seconds):
@@ -59,8 +60,7 @@ def test_measure_times_trained_runs_and_table_reads_its_records(tmp_path):
              "--z-dim", "2", "--predictive-draws", "0", "--no-progress"]
     for cell, guide in (("a-vi", ["--guide", "amortized", "--width", "4"]), ("f-vi", ["--guide", "per-datapoint"])):
         run = tmp_path / cell / "runs" / "mnist-sample" / ("%s-seed0" % cell)
-        done = subprocess.run([sys.executable, "-m", "amortized_pyro", "fit", *small, *guide, "--out", str(run)],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = run_cli("fit", *small, *guide, "--out", run)
         assert done.returncode == 0, done.stderr
     records = tmp_path / "inference.jsonl"
     done = script("measure", tmp_path / "a-vi", tmp_path / "f-vi", "--out", records, "--rounds", 2)

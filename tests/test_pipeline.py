@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from in_process import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -369,8 +370,9 @@ def test_cap_check_pairs_the_two_reports_per_image(tmp_path):
     for name, r in (("first", first), ("second", second)):
         paths.append(tmp_path / ("%s.json" % name))
         paths[-1].write_text(json.dumps(r))
-    out = subprocess.run([sys.executable, str(EXPERIMENTS / "archive" / "cap_check.py"), *map(str, paths)],
-                         check=True, capture_output=True, text=True).stdout.splitlines()
+    done = run_python(EXPERIMENTS / "archive" / "cap_check.py", *paths)  # in this process, as python would run it
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
     assert out[0] == "%s: cap 1500 steps, capped q* 3 of 3 images, capped q*_m 5 of 6 pairs" % paths[0]
     assert out[1] == "%s: cap 20000 steps, capped q* 0 of 3 images, capped q*_m 0 of 6 pairs" % paths[1]
     d = [2.0, 1.0, 3.0]  # L(q*): second − first, per image

@@ -15,13 +15,16 @@ from amortized_pyro.study.comparison import compare
 ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
+WORKERS_NOT_NICE = {"worker_niceness": 0}
 TINY = dict(datasets=("mnist-sample",), n_obs=40, n_test=10, batch_size=20, hidden=8, z_dim=3, device="cpu",
             eval_every=2, predictive_draws=2, epochs=4, progress=False, log=lambda line: None)
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Ray starts its workers at niceness 15: beside a busy core (another job, the other test worker) they starve,
+    # and this file's two tests took 188 s instead of 22 (docs/testing.md); at 0 they get their share
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _system_config=WORKERS_NOT_NICE)
     yield ray
     ray.shutdown()
 

@@ -1,12 +1,13 @@
 """experiments/remeasured.py (issue 49, item 4): re-measured gap reports against a commit's, on the same images.
 Run on a committed comparison folder against HEAD, with a copy of it as the "new" reports: identical reports read
 0 over every compared value; one value changed by hand is found, with its size and place; a per-image gap below
-zero is listed; a bad revision or an empty folder is one line and a non-zero exit."""
+zero is listed; a bad revision or an empty folder is one line and a non-zero exit. The script runs in this
+process, as python would run it (tests/in_process.py)."""
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from in_process import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = "figures/architectures/mlp-none"  # committed: 6 runs, 12 reports of 20 images, no coupling gap
@@ -14,8 +15,7 @@ REPORT = "runs/shared_data_mnist/A-VI_k_64_point_theta-seed0/gap-train.json"
 
 
 def remeasured(*args):
-    return subprocess.run([sys.executable, "experiments/remeasured.py", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True)
+    return run_python("experiments/remeasured.py", *args, cwd=ROOT)
 
 
 def test_identical_reports_read_zero_over_every_compared_value(tmp_path):

@@ -3,7 +3,11 @@ item 6): each table whose first (or last) line names its command over folders un
 that command into a temporary folder, and must be byte for byte the committed one (its command line aside, which
 names the output folder). A number edited by hand in a table, or a report step that changed, fails here. The
 command runs in this process (``runpy``, as ``python`` would run it: its arguments, its folder on the path, the
-repository as the working folder): 39 interpreters' start-up and imports cost 140 s of the suite (issue 60, item 6)."""
+repository as the working folder): 39 interpreters' start-up and imports cost 140 s of the suite (issue 60, item 6).
+The figures a command makes beside its table are built but not laid out and rasterized (an empty file stands for
+each PNG): no test reads them here, and laying out and writing them cost two thirds of this file's time; what the
+figures show is read where they are tested (test_compare.py, test_experiment_figures.py, ...)."""
+import os
 import re
 import runpy
 import shlex
@@ -16,6 +20,7 @@ import torch
 
 matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from amortized_pyro.cli.common import THREADS_ENV  # noqa: E402
 
@@ -51,11 +56,19 @@ def without_command(text, out):
     return "\n".join(line for line in text.splitlines() if not line.startswith("Command:")).replace(str(out), "OUT")
 
 
+def placeholder_png(fig, where, *args, **kwargs):
+    """Figure.savefig here: an empty file where the PNG would be (the figure built, not laid out or drawn)."""
+    if isinstance(where, (str, os.PathLike)):
+        Path(where).touch()
+
+
 def run_as_python_would(args, monkeypatch):
     """``python experiments/X.py ...`` or ``python -m amortized_pyro ...`` (``args`` after ``python``) run in this
     process from the repository's root; a non-zero exit fails."""
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setattr(Figure, "tight_layout", lambda fig, *args, **kwargs: None)  # figures: not read here
+    monkeypatch.setattr(Figure, "savefig", placeholder_png)
     threads = torch.get_num_threads()  # the CLI sets torch's threads (--threads): given back after
     if args[0] == "-m":
         monkeypatch.setattr(sys, "argv", [args[1], *args[2:]])
