@@ -21,6 +21,15 @@ GRID = dict(guides=("shared",), widths=(4,), seeds=(0, 1, 2), datasets=("mnist-s
             checkpoint_every="1", progress=False, log=lambda line: None)
 
 
+@ray.remote(num_cpus=1)
+def started_worker():
+    """Its node's id, after the imports of a grid's run and a second's wait (so that three of them take the three
+    one-CPU nodes)."""
+    import amortized_pyro.study.executors  # noqa: F401
+    time.sleep(1.0)
+    return ray.get_runtime_context().get_node_id()
+
+
 def table(results):
     return [{k: v for k, v in row.items() if k != "time"} for row in results.rows]
 
@@ -49,6 +58,11 @@ def test_a_lost_node_loses_no_run(cluster, tmp_path):
         local = compare(out=tmp_path / "local", **GRID)
     finally:
         torch.set_num_threads(threads)
+    # a worker on each node, its imports done, before the grid starts (Ray reuses it for the grid's tasks), so that
+    # the three runs start together: a node's first worker, started by the grid, was seen to start so late beside
+    # a busy core that another node's run had finished before every run had 8 epochs (and none was lost)
+    nodes = ray.get([started_worker.remote() for _ in range(3)])
+    assert len(set(nodes)) == 3, nodes
     out = tmp_path / "cluster"
     runs = [out / "runs" / "mnist-sample" / ("constant-VI-seed%d" % seed) for seed in GRID["seeds"]]
     finished = []
