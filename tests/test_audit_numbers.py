@@ -2,11 +2,11 @@
 from the committed files: each computed value, printed by the script, and the docs' sentence that quotes it (as
 written there: thousands with commas, minus signs U+2212)."""
 import functools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from in_process import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
@@ -14,8 +14,8 @@ RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
 
 @functools.lru_cache(maxsize=None)  # one run of the script per part, for all its numbers
 def audit(part):
-    done = subprocess.run([sys.executable, "experiments/audit_numbers_60.py", part], cwd=ROOT, capture_output=True,
-                          text=True, check=True)
+    done = run_python("experiments/audit_numbers_60.py", part, cwd=ROOT)  # in this process, as python would run it
+    assert done.returncode == 0, done.stderr
     return done.stdout
 
 

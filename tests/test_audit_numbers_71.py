@@ -3,11 +3,11 @@ committed files (the CVAE accuracy study, the diagnostics study, the original st
 what the CVAE's z carries): each computed value, printed by the script, and the sentence that quotes it (white space
 as one space). A number edited in the committed files or in the sentence fails here."""
 import functools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from in_process import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
@@ -15,8 +15,9 @@ RESULTS = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
 
 @functools.lru_cache(maxsize=None)
 def audit(part):
-    return subprocess.run([sys.executable, "experiments/audit_numbers_71.py", part], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout
+    done = run_python("experiments/audit_numbers_71.py", part, cwd=ROOT)  # in this process, as python would run it
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @pytest.mark.parametrize("part, computed, quoted", [

@@ -1,14 +1,22 @@
 """Every bench script, the recurring ones in bench/ and the answered-once probes in bench/archive/, still imports
 what it uses and parses its options (a smoke test: the benchmarks themselves run by hand, their results in
 BENCHMARKS.md), and the interleaved bench's summary reads its log."""
+import contextlib
+import faulthandler
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
+
+import pyro
+
+from in_process import run_python
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 SCRIPTS = sorted(str(p.relative_to(BENCH)) for p in [*BENCH.glob("*.py"), *BENCH.glob("archive/*.py")]
@@ -87,19 +95,37 @@ def test_the_interleaved_summary_takes_medians_per_checkout(tmp_path):
                    "## def5678 (/work/main), repeat 1\n| reference | amortized | 10.0 | 11.0 | 10.5 |\n"
                    "## abc1234 (/tmp/before), repeat 2\n| reference | amortized | 10.0 | 11.0 | 14.0 |\n"
                    "## def5678 (/work/main), repeat 2\n| reference | amortized | 10.0 | 11.0 | 11.5 |\n")
-    done = subprocess.run([sys.executable, str(BENCH / "summarize_interleaved.py"), str(log)], capture_output=True,
-                          text=True)
+    done = run_python(BENCH / "summarize_interleaved.py", log)  # in this process, as python would run it
     assert done.returncode == 0, done.stderr
     assert "| reference | amortized | abc1234 | 2 | 13.00 | 1.300 |" in done.stdout
     assert "| reference | amortized | def5678 | 2 | 11.00 | 1.100 |" in done.stdout
 
 
+@contextlib.contextmanager
+def as_its_own_process(seconds=300):
+    """A bench run in this process (run_python), given back what its own process kept to itself: the environment
+    (builder_step.py sets OMP_NUM_THREADS), Pyro's validation (on in a new process; builder_step.py turns it off)
+    and the global random streams (both benches seed them); and its process's time limit: a run past ``seconds``
+    ends this process, its stacks on stderr, as the limit failed the test."""
+    streams = pyro.util.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
+    try:
+        with mock.patch.dict(os.environ), pyro.validation_enabled(True):
+            yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        pyro.util.set_rng_state(streams)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def test_the_builder_step_bench_runs_at_the_smallest_sizes():
     """bench/builder_step.py end to end at toy sizes: both models, both guides equal at the start, one row each."""
-    done = subprocess.run([sys.executable, str(BENCH / "builder_step.py"), "--blocks", "2", "--steps", "2",
-                           "--warmup", "1", "--vocab", "30", "--topics", "3", "--lda-hidden", "8", "--lda-batch", "4",
-                           "--x-dim", "12", "--hidden", "8", "--z-dim", "3", "--batch", "4", "--batches", "2"],
-                          capture_output=True, text=True, timeout=300)
+    with as_its_own_process():
+        done = run_python(BENCH / "builder_step.py", "--blocks", "2", "--steps", "2", "--warmup", "1", "--vocab", "30",
+                          "--topics", "3", "--lda-hidden", "8", "--lda-batch", "4", "--x-dim", "12", "--hidden", "8",
+                          "--z-dim", "3", "--batch", "4", "--batches", "2")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith(("| prodlda |", "| vae |"))]
     assert len(rows) == 2, done.stdout
@@ -108,9 +134,11 @@ def test_the_builder_step_bench_runs_at_the_smallest_sizes():
 def test_the_graph_step_bench_runs_on_the_cpu_with_capture_skipped():
     """bench/graph_step.py end to end at the small configuration: each guide's eager row, the captured column
     saying it was skipped, and the eager fit line (a lent GPU runs it at the reference size: cuda_session.sh)."""
-    done = subprocess.run([sys.executable, str(BENCH / "graph_step.py"), "--device", "cpu", "--configs", "small",
-                           "--guides", "amortized", "shared", "--rounds", "2", "--steps", "2", "--fit-epochs", "1"],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    # its own process ran at OMP_NUM_THREADS=1: the script reads only torch's thread count (for its header line),
+    # one in a test worker already (conftest.py)
+    with as_its_own_process():
+        done = run_python(BENCH / "graph_step.py", "--device", "cpu", "--configs", "small", "--guides", "amortized",
+                          "shared", "--rounds", "2", "--steps", "2", "--fit-epochs", "1")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| small |")]
     assert len(rows) == 2 and all("skipped (no CUDA)" in row for row in rows), done.stdout

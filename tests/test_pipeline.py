@@ -162,8 +162,7 @@ def test_the_cli_page_shows_the_list_as_it_is(capsys):
 
 
 def test_a_missing_need_stops_with_one_line_naming_what_to_run(root):
-    done = subprocess.run([sys.executable, str(EXPERIMENTS / "study.py"), "capacity", "--root", str(root)],
-                          capture_output=True, text=True)
+    done = run_python(EXPERIMENTS / "study.py", "capacity", "--root", root)  # in this process, as python would run it
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
@@ -346,8 +345,9 @@ def test_studies_end_status_says_where_each_run_stands(tmp_path):
     end_run(tmp_path, "end-original-elbo-shared", "constant-VI", 1000, 5, finished=False, evaluated=False)
     (tmp_path / "runs" / "end-seed-elbo-amortized.log").write_text("a log beside the folders\n")
     folders = sorted(str(p) for p in (tmp_path / "runs").glob("end-*"))
-    out = subprocess.run([sys.executable, str(EXPERIMENTS / "studies_end_status.py"), *folders],
-                         check=True, capture_output=True, text=True).stdout
+    done = run_python(EXPERIMENTS / "studies_end_status.py", *folders)  # in this process, as python would run it
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:]]
     assert rows == [  # the constant-VI run, not yet evaluated, has no row yet; the .log is passed over
         ["original", "reference", "F-VI", "111 of 50000, going on", "0.0320 (0.50)", "0.0330", "n/a", "n/a", "-599.63"],

@@ -1,18 +1,19 @@
 """experiments/theta_scales.py reads q(θ)'s scales per decoder weight tensor from a run's saved parameters."""
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from conftest import tiny_finished_run
+from in_process import run_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "theta_scales.py"
 
 
 def test_theta_scales_reads_each_layers_scale(tmp_path):
     run = tiny_finished_run(tmp_path / "run")  # z 3 → 8 → 8 → 784
-    out = subprocess.run([sys.executable, str(SCRIPT), str(run)], capture_output=True, text=True, check=True).stdout
+    done = run_python(SCRIPT, run)  # in this process, as python would run it (load_run keeps the random streams)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     state = torch.load(run / "params.pt", map_location="cpu", weights_only=False)["guide"]
     scale = state["q_theta.log_scale"].exp()  # the flat vector, by hand
     w1, w2 = scale[:24], scale[24 + 8:24 + 8 + 64]  # w1 (8, 3), b1 (8,), w2 (8, 8)
