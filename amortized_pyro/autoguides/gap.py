@@ -18,7 +18,8 @@ protocol with three parts:
 
 Everything lives in each local site's unconstrained space, where the guides' factors are Gaussian: the
 gaps are those of the pushforward factors q(z_n), since the Jacobian is part of the log joint there. A model
-without global latent sites has one "θ" (none): its coupling gap is zero up to optimization noise.
+without global latent sites has one "θ" (none), a point mass: no coupling term (no q*_m fitted, the coupling gap
+None), as with ``global_guide="delta"``.
 """
 import math
 import numbers

@@ -81,10 +81,10 @@ class Measured:
         return {} if self.q_theta is None else self.q_theta.median()
 
     def global_is_point(self):
-        """Whether q(θ) is a point mass (``global_guide="delta"``, or a guide object whose ``is_point()`` says
-        so): every draw is then its median."""
+        """Whether q(θ) is a point mass (``global_guide="delta"``, a guide object whose ``is_point()`` says so, or
+        no global latent site at all: one empty θ): every draw is then its median."""
         own_point = self.global_kind == "own" and getattr(self.q_theta, "is_point", lambda: False)()
-        return self.global_kind == "delta" or own_point
+        return self.q_theta is None or self.global_kind == "delta" or own_point
 
     @torch.no_grad()
     def global_sample(self, generator=None):

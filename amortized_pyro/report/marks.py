@@ -49,7 +49,7 @@ def theta_count(report):
 def missing(name, report):
     """Why the report has no value for ``name``."""
     if name in ("coupling_gap", "elbo_per_theta") and not report.get("coupling", True):
-        return "n/a (q(θ) is a point mass: no coupling term)"
+        return "n/a (q(θ) is a point mass, or there is no global latent: no coupling term)"
     if name in ("log_px_ais", "iwae_minus_ais"):
         return "n/a (no AIS: --ais-steps 0)"
     return "n/a (no factor for these images)"
